@@ -1,0 +1,18 @@
+# frozen_string_literal: true
+
+require_relative "lib/herald/version"
+
+Gem::Specification.new do |s|
+  s.name = "herald"
+  s.version = Herald::VERSION
+  s.summary = "A fast, durable message bus for Ruby web apps"
+  s.description = "One append-only log, many readers: browsers over HTTP (message_bus compatible), " \
+    "in-process subscribers and other processes. Embedded log store by default; Redis and PostgreSQL when you outgrow one host."
+  s.authors = ["Herald team"]
+  s.license = "MIT"
+  s.required_ruby_version = ">= 3.1"
+  s.files = Dir["lib/**/*.rb", "exe/*", "README.md"]
+  s.bindir = "exe"
+  s.executables = ["herald"]
+  s.add_dependency "msgpack", "~> 1.7"
+end

@@ -1,0 +1,145 @@
+# frozen_string_literal: true
+
+module Herald
+  # publish / subscribe / backlog over one store and one codec.
+  #
+  # Subscriptions are fed by one dispatcher thread per bus: it waits on the store (which wakes it for
+  # appends from this and other processes), reads the global backlog after its cursor and hands each
+  # message to the subscriptions that match. Callbacks run on that thread; an exception in one is
+  # reported to `on_error` and never stops the others.
+  class Bus
+    GLOBAL_PREFIX = "/global/"
+    # How long the dispatcher blocks in one wait: also the longest a new subscription waits for its backlog.
+    WAIT_SLICE = 0.1
+    BATCH = 1000
+
+    attr_reader :store, :codec
+
+    def initialize(store: Store::Memory.new, codec: :json, on_error: nil)
+      @store = store
+      @codec = Codec.fetch(codec)
+      @on_error = on_error || ->(error, msg) { warn "[herald] subscriber failed on #{msg&.channel}: #{error.class}: #{error.message}" }
+      @lock = Mutex.new
+      @subscriptions = []
+      @pending = [] # new subscriptions, caught up by the dispatcher before they go live
+      @dispatcher = nil
+      @closed = false
+    end
+
+    # Returns the message's per-channel id, as message_bus does.
+    def publish(channel, data, **options) = publish_message(channel, data, **options).message_id
+
+    # As publish, returning the whole Herald::Message.
+    def publish_message(channel, data, user_ids: nil, group_ids: nil, client_ids: nil, site_id: nil,
+      max_backlog_size: nil, max_backlog_age: nil)
+      raise ClosedError, "bus is closed" if @closed
+      site_id = validate!(channel, user_ids, group_ids, client_ids, site_id)
+      @store.append(channel, @codec.encode(data), codec: @codec,
+        user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id,
+        max_backlog_size: max_backlog_size, max_backlog_age: max_backlog_age)
+    end
+
+    def last_id(channel, site_id: nil) = @store.last_id(channel, site_id: site_key(channel, site_id))
+
+    def last_ids(*channels, site_id: nil)
+      channels = channels.flatten
+      return @store.last_ids(channels, site_id: site_id) unless site_id && channels.any? { |c| global?(c) }
+      channels.to_h { |c| [c, last_id(c, site_id: site_id)] }
+    end
+
+    def backlog(channel, last_id = 0, site_id: nil) = @store.backlog(channel, last_id, site_id: site_key(channel, site_id))
+
+    def global_backlog(last_id = 0, limit: nil) = @store.global_backlog(last_id, limit: limit)
+
+    # subscribe(channel) { |msg| }           new messages on channel
+    # subscribe(channel, last_id) { |msg| }  backlog after last_id first, then new ones: no gap, no duplicate
+    # subscribe { |msg| }                    every channel (last_id, if given, is a global id)
+    def subscribe(channel = nil, last_id = nil, site_id: nil, &block)
+      raise ArgumentError, "subscribe needs a block" unless block
+      raise ClosedError, "bus is closed" if @closed
+      site_id = site_key(channel, site_id) if channel
+      last_id ||= channel ? @store.last_id(channel, site_id: site_id) : @store.last_global_id
+      sub = Subscription.new(bus: self, channel: channel, site_id: site_id, last_id: last_id, catch_up: true, callback: block)
+      @lock.synchronize do
+        @pending << sub
+        @dispatcher ||= Thread.new { dispatch_loop }
+      end
+      sub
+    end
+
+    def unsubscribe(sub)
+      @lock.synchronize do
+        @subscriptions.delete(sub)
+        @pending.delete(sub)
+      end
+    end
+
+    def close
+      @closed = true
+      @dispatcher&.join(2 * WAIT_SLICE + 1)
+      @store.close
+    end
+
+    private
+
+    def validate!(channel, user_ids, group_ids, client_ids, site_id)
+      raise ArgumentError, "channel must be a String starting with /, got #{channel.inspect}" unless channel.is_a?(String) && channel.start_with?("/")
+      raise ArgumentError, "channel must not contain #{Store::SITE_SEPARATOR}" if channel.include?(Store::SITE_SEPARATOR)
+      [[:user_ids, user_ids], [:group_ids, group_ids], [:client_ids, client_ids]].each do |name, ids|
+        next if ids.nil?
+        raise InvalidMessageError, "#{name} must be a non-empty Array or nil, got #{ids.inspect}" unless ids.is_a?(Array) && !ids.empty?
+      end
+      if global?(channel) && (user_ids || group_ids)
+        raise InvalidMessageError, "user_ids and group_ids cannot target a /global/ channel"
+      end
+      site_key(channel, site_id)
+    end
+
+    # /global/ channels are shared by every site, so they are never keyed by site.
+    def site_key(channel, site_id) = global?(channel) ? nil : site_id
+
+    def global?(channel) = channel.start_with?(GLOBAL_PREFIX)
+
+    def dispatch_loop
+      cursor = @store.last_global_id
+      until @closed
+        activate_pending
+        @store.wait(cursor, timeout: WAIT_SLICE)
+        cursor = dispatch_after(cursor)
+      end
+    rescue ClosedError
+      nil
+    rescue => e
+      @on_error.call(e, nil)
+      sleep WAIT_SLICE
+      retry unless @closed
+    end
+
+    def activate_pending
+      return if @pending.empty?
+      fresh = @lock.synchronize { @pending.shift(@pending.size) }
+      fresh.each do |sub|
+        sub.catch_up(@store).each { |msg| safely(msg) { sub.deliver(msg) } }
+        @lock.synchronize { @subscriptions << sub if sub.active? }
+      end
+    end
+
+    def dispatch_after(cursor)
+      loop do
+        batch = @store.global_backlog(cursor, limit: BATCH)
+        return cursor if batch.empty?
+        subs = @lock.synchronize { @subscriptions.dup }
+        batch.each do |msg|
+          subs.each { |sub| safely(msg) { sub.deliver(msg) } }
+        end
+        cursor = batch.last.global_id
+      end
+    end
+
+    def safely(msg)
+      yield
+    rescue => e
+      @on_error.call(e, msg)
+    end
+  end
+end

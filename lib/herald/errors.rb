@@ -1,0 +1,41 @@
+# frozen_string_literal: true
+
+module Herald
+  # The one tree of errors Herald raises. Rescue Herald::Error to catch them all.
+  class Error < StandardError; end
+
+  # Bad settings: an unknown store or codec, an option out of range.
+  class ConfigurationError < Error; end
+
+  # A publish that message_bus would refuse too: empty target lists, user/group targets on /global/.
+  class InvalidMessageError < Error; end
+
+  # The store was closed and cannot be used any more.
+  class ClosedError < Error; end
+
+  # A network store (Redis, PostgreSQL) could not be reached.
+  class ConnectionError < Error; end
+
+  # Anything the store itself failed at.
+  class StoreError < Error; end
+
+  # A stored record failed its checksum. Never returned as data.
+  class CorruptRecordError < StoreError
+    attr_reader :segment, :offset
+
+    def initialize(message = nil, segment: nil, offset: nil)
+      @segment = segment
+      @offset = offset
+      super(message || "corrupt record in #{segment} at offset #{offset}")
+    end
+  end
+
+  # The disk is full or a file-size limit was hit; what is stored stays readable.
+  class StoreFullError < StoreError; end
+
+  # The store's directory (or server) refuses writes; what is stored stays readable.
+  class ReadOnlyError < StoreError; end
+
+  # fsync failed: the store can no longer promise durability and refuses further writes.
+  class DurabilityError < StoreError; end
+end

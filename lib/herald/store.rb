@@ -1,0 +1,71 @@
+# frozen_string_literal: true
+
+require "securerandom"
+
+module Herald
+  # A store is the log every reader reads from. Four implementations share one contract
+  # (test/store/contract.rb runs unchanged against each): Memory, Log, Redis, Postgres.
+  #
+  # Writing
+  #   append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
+  #          site_id: nil, max_backlog_size: nil, max_backlog_age: nil) => Message
+  #     `payload` is already encoded by `codec` (a Codec module). Assigns the next global id
+  #     (strictly increasing, never reused, in commit order) and the next message id of the channel
+  #     (from 1, contiguous per channel and site). `site_id` is part of the channel's key, as in message_bus.
+  #     max_backlog_size / max_backlog_age (seconds), when given, become the channel's retention from now on.
+  #
+  # Reading
+  #   last_id(channel, site_id: nil)            => Integer, 0 when empty
+  #   last_ids(channels, site_id: nil)          => {channel => Integer}
+  #   last_global_id                            => Integer, 0 when empty
+  #   backlog(channel, last_id = 0, site_id: nil)  => [Message] message_id > last_id, oldest first, retained only
+  #   global_backlog(last_id = 0, limit: nil)   => [Message] global_id > last_id, oldest first
+  #   epoch                                     => String; changes when the store is reset (wiped, flushed)
+  #
+  # Waiting
+  #   wait(last_global_id, timeout:)            => Integer last_global_id; returns at once when it is
+  #     greater than the argument, else blocks until something is appended (by any process) or timeout.
+  #
+  # Durable readers (cursors and leases, for deferred subscribers)
+  #   load_cursor(name) => Integer (0 when never saved); save_cursor(name, global_id)
+  #   lease(name) => a Lease (#release) when this process now owns `name`, nil when another owner has it.
+  #     A lease held by a process that dies is freed (flock, advisory lock, key TTL).
+  #
+  #   close
+  module Store
+    DEFAULT_MAX_BACKLOG_SIZE = 1000
+    DEFAULT_MAX_BACKLOG_AGE = 7 * 24 * 60 * 60 # seconds, as message_bus
+
+    SITE_SEPARATOR = "$|$"
+
+    # The key a channel's message ids are counted under: message_bus keys sites the same way.
+    def self.channel_key(channel, site_id)
+      site_id.nil? ? channel : "#{channel}#{SITE_SEPARATOR}#{site_id}"
+    end
+
+    def self.new_epoch = SecureRandom.hex(8)
+
+    def self.validate_retention!(max_backlog_size, max_backlog_age)
+      if max_backlog_size && !(max_backlog_size.is_a?(Integer) && max_backlog_size > 0)
+        raise ArgumentError, "max_backlog_size must be a positive Integer, got #{max_backlog_size.inspect}"
+      end
+      if max_backlog_age && !(max_backlog_age.is_a?(Numeric) && max_backlog_age > 0)
+        raise ArgumentError, "max_backlog_age must be a positive number of seconds, got #{max_backlog_age.inspect}"
+      end
+    end
+
+    # The value a lease returns: release it to let another owner in.
+    class Lease
+      def initialize(&release)
+        @release = release
+      end
+
+      def release
+        @release&.call
+        @release = nil
+      end
+
+      def held? = !@release.nil?
+    end
+  end
+end

@@ -1,0 +1,133 @@
+# frozen_string_literal: true
+
+module Herald
+  module Store
+    # The reference store: everything in this process's memory, thread-safe, gone at exit.
+    # Every other store must behave like this one (test/store/contract.rb).
+    class Memory
+      attr_reader :epoch
+
+      def initialize(max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE)
+        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        @max_backlog_size = max_backlog_size
+        @max_backlog_age = max_backlog_age
+        @lock = Monitor.new
+        @appended = @lock.new_cond
+        @epoch = Store.new_epoch
+        @global_id = 0
+        @global = [] # retained messages, oldest first
+        @channels = {} # key => Channel
+        @cursors = {}
+        @leases = {}
+        @retained = 0 # messages still in some channel's backlog
+        @closed = false
+      end
+
+      Channel = Struct.new(:last_id, :messages, :max_size, :max_age)
+
+      def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
+        site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
+        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        @lock.synchronize do
+          raise ClosedError, "store is closed" if @closed
+          ch = channel_for(Store.channel_key(channel, site_id))
+          ch.max_size = max_backlog_size if max_backlog_size
+          ch.max_age = max_backlog_age if max_backlog_age
+          msg = Message.new(global_id: @global_id += 1, message_id: ch.last_id += 1, channel: channel,
+            payload: payload, codec: codec, created_at: created_at || Time.now.to_f,
+            user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
+          ch.messages << msg
+          @global << msg
+          @retained += 1
+          trim(ch)
+          @appended.broadcast
+          msg
+        end
+      end
+
+      def last_id(channel, site_id: nil)
+        @lock.synchronize { @channels[Store.channel_key(channel, site_id)]&.last_id || 0 }
+      end
+
+      def last_ids(channels, site_id: nil)
+        @lock.synchronize { channels.to_h { |c| [c, @channels[Store.channel_key(c, site_id)]&.last_id || 0] } }
+      end
+
+      def last_global_id = @lock.synchronize { @global_id }
+
+      def backlog(channel, last_id = 0, site_id: nil)
+        @lock.synchronize do
+          ch = @channels[Store.channel_key(channel, site_id)] or return []
+          live(ch.messages, ch.max_age).select { |m| m.message_id > last_id }
+        end
+      end
+
+      def global_backlog(last_id = 0, limit: nil)
+        @lock.synchronize do
+          @global.reject! { |m| !retained?(m) } if @global.first && !retained?(@global.first)
+          found = @global.select { |m| m.global_id > last_id }
+          limit ? found.first(limit) : found
+        end
+      end
+
+      def wait(last_global_id, timeout:)
+        deadline = monotonic + timeout
+        @lock.synchronize do
+          while @global_id <= last_global_id && !@closed
+            left = deadline - monotonic
+            break if left <= 0
+            @appended.wait(left)
+          end
+          @global_id
+        end
+      end
+
+      def load_cursor(name) = @lock.synchronize { @cursors.fetch(name, 0) }
+
+      def save_cursor(name, global_id)
+        @lock.synchronize { @cursors[name] = global_id }
+      end
+
+      def lease(name)
+        @lock.synchronize do
+          return nil if @leases[name]
+          @leases[name] = true
+          Lease.new { @lock.synchronize { @leases.delete(name) } }
+        end
+      end
+
+      def close
+        @lock.synchronize do
+          @closed = true
+          @appended.broadcast
+        end
+      end
+
+      private
+
+      def channel_for(key)
+        @channels[key] ||= Channel.new(0, [], @max_backlog_size, @max_backlog_age)
+      end
+
+      # Drops the channel's oldest beyond its size; the global list is compacted lazily, in bulk.
+      def trim(ch)
+        if ch.messages.size > ch.max_size
+          @retained -= ch.messages.shift(ch.messages.size - ch.max_size).size
+        end
+        @global.select! { |m| retained?(m) } if @global.size > 2 * @retained + 64
+      end
+
+      def retained?(msg)
+        ch = @channels[Store.channel_key(msg.channel, msg.site_id)]
+        ch.messages.first.message_id <= msg.message_id && msg.created_at > Time.now.to_f - ch.max_age
+      end
+
+      def live(messages, max_age)
+        oldest = Time.now.to_f - max_age
+        messages.select { |m| m.created_at > oldest }
+      end
+
+      def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+  end
+end

@@ -1,0 +1,168 @@
+# frozen_string_literal: true
+
+# The store contract, run unchanged against every store. A test class includes this module and defines
+# `build_store(**options)` returning a fresh, empty store (and may define `reopen_store` for persistence).
+module StoreContract
+  def setup
+    super
+    @stores = []
+    @store = store(max_backlog_size: 1000)
+  end
+
+  def teardown
+    @stores.each { |s| s.close rescue nil } # standard:disable Style/RescueModifier
+    super
+  end
+
+  def store(**options)
+    build_store(**options).tap { |s| @stores << s }
+  end
+
+  def append(channel, data, store: @store, **options)
+    store.append(channel, json_codec.encode(data), codec: json_codec, **options)
+  end
+
+  def test_empty_store
+    assert_equal 0, @store.last_id("/a")
+    assert_equal 0, @store.last_global_id
+    assert_equal [], @store.backlog("/a", 0)
+    assert_equal [], @store.global_backlog(0)
+    assert_equal({"/a" => 0, "/b" => 0}, @store.last_ids(["/a", "/b"]))
+    assert_kind_of String, @store.epoch
+  end
+
+  def test_append_assigns_global_and_channel_ids
+    a1 = append("/a", "x")
+    b1 = append("/b", {"k" => [1, 2]})
+    a2 = append("/a", nil)
+    assert_equal [1, 1, 2], [a1, b1, a2].map(&:message_id)
+    assert_operator a1.global_id, :<, b1.global_id
+    assert_operator b1.global_id, :<, a2.global_id
+    assert_equal a2.global_id, @store.last_global_id
+    assert_equal({"/a" => 2, "/b" => 1}, @store.last_ids(["/a", "/b"]))
+  end
+
+  def test_backlog_returns_messages_after_id_with_data_and_targets
+    append("/a", "one")
+    append("/a", {"two" => 2}, user_ids: [1, 2], group_ids: [3], client_ids: ["c1"])
+    append("/a", 3)
+    backlog = @store.backlog("/a", 1)
+    assert_equal [2, 3], backlog.map(&:message_id)
+    assert_equal [{"two" => 2}, 3], backlog.map(&:data)
+    msg = backlog.first
+    assert_equal "/a", msg.channel
+    assert_equal [1, 2], msg.user_ids
+    assert_equal [3], msg.group_ids
+    assert_equal ["c1"], msg.client_ids
+    assert_nil backlog.last.user_ids
+    assert_kind_of Float, msg.created_at
+  end
+
+  def test_global_backlog_orders_by_global_id_and_honours_limit
+    5.times { |i| append("/c#{i % 2}", i) }
+    all = @store.global_backlog(0)
+    assert_equal (0..4).to_a, all.map(&:data)
+    assert_equal all.map(&:global_id).sort, all.map(&:global_id)
+    after = @store.global_backlog(all[1].global_id, limit: 2)
+    assert_equal [2, 3], after.map(&:data)
+  end
+
+  def test_msgpack_payloads_round_trip_with_their_codec
+    codec = Herald::Codec::Msgpack
+    @store.append("/m", codec.encode({"bin" => "\xFF\x00".b, "n" => 1}), codec: codec)
+    msg = @store.backlog("/m", 0).first
+    assert_equal codec, msg.codec
+    assert_equal({"bin" => "\xFF\x00".b, "n" => 1}, msg.data)
+  end
+
+  def test_sites_count_ids_separately
+    append("/chat", 1, site_id: "a")
+    append("/chat", 2, site_id: "a")
+    append("/chat", 3, site_id: "b")
+    assert_equal 2, @store.last_id("/chat", site_id: "a")
+    assert_equal 1, @store.last_id("/chat", site_id: "b")
+    assert_equal 0, @store.last_id("/chat")
+    assert_equal [3], @store.backlog("/chat", 0, site_id: "b").map(&:data)
+    assert_equal "b", @store.backlog("/chat", 0, site_id: "b").first.site_id
+  end
+
+  def test_max_backlog_size_trims_per_channel_but_ids_keep_counting
+    s = store(max_backlog_size: 3)
+    5.times { |i| append("/a", i, store: s) }
+    append("/b", "b", store: s)
+    assert_equal [3, 4, 5], s.backlog("/a", 0).map(&:message_id)
+    assert_equal 5, s.last_id("/a")
+    assert_equal ["b"], s.backlog("/b", 0).map(&:data)
+    refute_includes s.global_backlog(0).map(&:data), 0
+  end
+
+  def test_per_publish_max_backlog_size_sets_the_channel_retention
+    6.times { |i| append("/a", i, max_backlog_size: 2) }
+    assert_equal [4, 5], @store.backlog("/a", 0).map(&:data)
+  end
+
+  def test_max_backlog_age_expires_old_messages
+    s = store(max_backlog_age: 1)
+    append("/old", "x", store: s, created_at: Time.now.to_f - 5)
+    append("/new", "y", store: s)
+    assert_equal [], s.backlog("/old", 0)
+    assert_equal 1, s.last_id("/old")
+    assert_equal ["y"], s.backlog("/new", 0).map(&:data)
+  end
+
+  def test_invalid_retention_is_an_argument_error
+    assert_raises(ArgumentError) { append("/a", 1, max_backlog_size: 0) }
+    assert_raises(ArgumentError) { append("/a", 1, max_backlog_age: -1) }
+  end
+
+  def test_wait_returns_at_once_when_behind_and_blocks_until_append
+    append("/a", 1)
+    assert_equal 1, @store.wait(0, timeout: 5)
+    started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    assert_equal 1, @store.wait(1, timeout: 0.2)
+    assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :>=, 0.15
+    waiter = Thread.new { @store.wait(1, timeout: 5) }
+    sleep 0.05
+    append("/a", 2)
+    assert_equal 2, waiter.value
+  end
+
+  def test_cursors_start_at_zero_and_persist_values
+    assert_equal 0, @store.load_cursor("Sub")
+    @store.save_cursor("Sub", 42)
+    assert_equal 42, @store.load_cursor("Sub")
+    assert_equal 0, @store.load_cursor("Other")
+  end
+
+  def test_lease_is_exclusive_until_released
+    lease = @store.lease("Sub")
+    assert lease
+    assert_nil @store.lease("Sub")
+    lease.release
+    again = @store.lease("Sub")
+    assert again
+    again.release
+  end
+
+  def test_concurrent_appends_get_unique_contiguous_ids
+    threads = 4.times.map { |t| Thread.new { 250.times { |i| append("/c", [t, i]) } } }
+    threads.each(&:join)
+    backlog = @store.backlog("/c", 0)
+    assert_equal (1..1000).to_a, backlog.map(&:message_id)
+    globals = backlog.map(&:global_id)
+    assert_equal globals.sort, globals
+    assert_equal 1000, globals.uniq.size
+  end
+
+  def test_bus_subscribe_from_last_id_while_publishing_has_no_gap_or_duplicate
+    bus = Herald::Bus.new(store: @store)
+    100.times { |i| bus.publish("/s", i) }
+    seen = Queue.new
+    publisher = Thread.new { 400.times { |i| bus.publish("/s", 100 + i) } }
+    bus.subscribe("/s", 50) { |m| seen << m.message_id }
+    publisher.join
+    ids = eventually { (seen.size >= 450) && Array.new(seen.size) { seen.pop } }
+    sleep 0.05
+    assert_equal (51..500).to_a, ids + Array.new(seen.size) { seen.pop }
+  end
+end
