@@ -26,8 +26,13 @@ module Herald
       @closed = false
     end
 
-    # Returns the message's per-channel id, as message_bus does.
-    def publish(channel, data, **options) = publish_message(channel, data, **options).message_id
+    # Returns the message's per-channel id, as message_bus does. (Keywords spelled out: forwarding
+    # **options would allocate a Hash on every publish.)
+    def publish(channel, data, user_ids: nil, group_ids: nil, client_ids: nil, site_id: nil,
+      max_backlog_size: nil, max_backlog_age: nil)
+      publish_message(channel, data, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids,
+        site_id: site_id, max_backlog_size: max_backlog_size, max_backlog_age: max_backlog_age).message_id
+    end
 
     # As publish, returning the whole Herald::Message.
     def publish_message(channel, data, user_ids: nil, group_ids: nil, client_ids: nil, site_id: nil,
@@ -85,14 +90,17 @@ module Herald
     def validate!(channel, user_ids, group_ids, client_ids, site_id)
       raise ArgumentError, "channel must be a String starting with /, got #{channel.inspect}" unless channel.is_a?(String) && channel.start_with?("/")
       raise ArgumentError, "channel must not contain #{Store::SITE_SEPARATOR}" if channel.include?(Store::SITE_SEPARATOR)
-      [[:user_ids, user_ids], [:group_ids, group_ids], [:client_ids, client_ids]].each do |name, ids|
-        next if ids.nil?
-        raise InvalidMessageError, "#{name} must be a non-empty Array or nil, got #{ids.inspect}" unless ids.is_a?(Array) && !ids.empty?
-      end
+      validate_targets!(:user_ids, user_ids) if user_ids
+      validate_targets!(:group_ids, group_ids) if group_ids
+      validate_targets!(:client_ids, client_ids) if client_ids
       if global?(channel) && (user_ids || group_ids)
         raise InvalidMessageError, "user_ids and group_ids cannot target a /global/ channel"
       end
       site_key(channel, site_id)
+    end
+
+    def validate_targets!(name, ids)
+      raise InvalidMessageError, "#{name} must be a non-empty Array or nil, got #{ids.inspect}" unless ids.is_a?(Array) && !ids.empty?
     end
 
     # /global/ channels are shared by every site, so they are never keyed by site.

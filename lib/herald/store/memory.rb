@@ -34,7 +34,7 @@ module Herald
           ch.max_size = max_backlog_size if max_backlog_size
           ch.max_age = max_backlog_age if max_backlog_age
           msg = Message.new(global_id: @global_id += 1, message_id: ch.last_id += 1, channel: channel,
-            payload: payload, codec: codec, created_at: created_at || Time.now.to_f,
+            payload: payload, codec: codec, created_at: created_at || Process.clock_gettime(Process::CLOCK_REALTIME),
             user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
           ch.messages << msg
           @global << msg
@@ -111,19 +111,20 @@ module Herald
 
       # Drops the channel's oldest beyond its size; the global list is compacted lazily, in bulk.
       def trim(ch)
-        if ch.messages.size > ch.max_size
-          @retained -= ch.messages.shift(ch.messages.size - ch.max_size).size
+        while ch.messages.size > ch.max_size
+          ch.messages.shift
+          @retained -= 1
         end
         @global.select! { |m| retained?(m) } if @global.size > 2 * @retained + 64
       end
 
       def retained?(msg)
         ch = @channels[Store.channel_key(msg.channel, msg.site_id)]
-        ch.messages.first.message_id <= msg.message_id && msg.created_at > Time.now.to_f - ch.max_age
+        ch.messages.first.message_id <= msg.message_id && msg.created_at > Process.clock_gettime(Process::CLOCK_REALTIME) - ch.max_age
       end
 
       def live(messages, max_age)
-        oldest = Time.now.to_f - max_age
+        oldest = Process.clock_gettime(Process::CLOCK_REALTIME) - max_age
         messages.select { |m| m.created_at > oldest }
       end
 
