@@ -1,0 +1,121 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+class BusTest < Minitest::Test
+  def setup
+    @errors = Queue.new
+    @bus = Herald::Bus.new(store: Herald::Store::Memory.new, on_error: ->(e, msg) { @errors << [e, msg] })
+  end
+
+  def teardown
+    @bus.close
+  end
+
+  def drain(queue, count)
+    eventually { queue.size >= count }
+    Array.new(queue.size) { queue.pop }
+  end
+
+  def test_publish_returns_per_channel_ids_and_keeps_targets
+    assert_equal 1, @bus.publish("/a", "x", user_ids: [1], group_ids: [2], client_ids: ["c"], site_id: "s")
+    assert_equal 2, @bus.publish("/a", "y", site_id: "s")
+    msg = @bus.backlog("/a", 0, site_id: "s").first
+    assert_equal [[1], [2], ["c"], "s"], [msg.user_ids, msg.group_ids, msg.client_ids, msg.site_id]
+    assert_equal({"/a" => 2}, @bus.last_ids("/a", site_id: "s"))
+  end
+
+  def test_data_round_trips_with_json_semantics
+    @bus.publish("/a", {:sym => [1, 2.5, nil, true], "s" => "é"}) # standard:disable Style/HashSyntax
+    assert_equal({"sym" => [1, 2.5, nil, true], "s" => "é"}, @bus.backlog("/a").first.data)
+  end
+
+  def test_msgpack_bus
+    bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: :msgpack)
+    bus.publish("/a", {"n" => 1})
+    msg = bus.backlog("/a").first
+    assert_equal Herald::Codec::Msgpack, msg.codec
+    assert_equal({"n" => 1}, msg.data)
+  ensure
+    bus.close
+  end
+
+  def test_invalid_targets_are_refused_like_message_bus
+    assert_raises(Herald::InvalidMessageError) { @bus.publish("/a", 1, user_ids: []) }
+    assert_raises(Herald::InvalidMessageError) { @bus.publish("/a", 1, group_ids: []) }
+    assert_raises(Herald::InvalidMessageError) { @bus.publish("/a", 1, client_ids: []) }
+    assert_raises(Herald::InvalidMessageError) { @bus.publish("/global/a", 1, user_ids: [1]) }
+    assert_raises(Herald::InvalidMessageError) { @bus.publish("/global/a", 1, group_ids: [1]) }
+    assert_raises(ArgumentError) { @bus.publish("/a$|$b", 1) }
+    assert_raises(ArgumentError) { @bus.publish("no-slash", 1) }
+    assert_equal 0, @bus.last_id("/a")
+  end
+
+  def test_global_channels_ignore_site
+    @bus.publish("/global/news", 1, site_id: "a")
+    @bus.publish("/global/news", 2, site_id: "b")
+    assert_equal 2, @bus.last_id("/global/news", site_id: "a")
+    assert_equal [1, 2], @bus.backlog("/global/news", 0, site_id: "b").map(&:data)
+  end
+
+  def test_unknown_codec_is_an_argument_error
+    error = assert_raises(ArgumentError) { Herald::Bus.new(codec: :yaml) }
+    assert_match(/Unknown codec :yaml/, error.message)
+  end
+
+  def test_subscribe_delivers_only_new_messages_in_order
+    @bus.publish("/a", "old")
+    seen = Queue.new
+    @bus.subscribe("/a") { |m| seen << m.data }
+    sleep 0.05
+    @bus.publish("/b", "other")
+    3.times { |i| @bus.publish("/a", i) }
+    assert_equal [0, 1, 2], drain(seen, 3)
+  end
+
+  def test_subscribe_from_last_id_gets_backlog_then_live
+    3.times { |i| @bus.publish("/a", i) }
+    seen = Queue.new
+    @bus.subscribe("/a", 1) { |m| seen << m.message_id }
+    @bus.publish("/a", 3)
+    assert_equal [2, 3, 4], drain(seen, 3)
+  end
+
+  def test_subscribe_to_all_channels_by_global_id
+    seen = Queue.new
+    @bus.subscribe { |m| seen << m.channel }
+    sleep 0.05
+    @bus.publish("/x", 1)
+    @bus.publish("/y", 2)
+    assert_equal ["/x", "/y"], drain(seen, 2)
+  end
+
+  def test_unsubscribe_stops_delivery
+    seen = Queue.new
+    sub = @bus.subscribe("/a") { |m| seen << m.data }
+    @bus.publish("/a", 1)
+    drain(seen, 1)
+    sub.unsubscribe
+    refute sub.active?
+    @bus.publish("/a", 2)
+    sleep 0.2
+    assert_equal 0, seen.size
+  end
+
+  def test_a_failing_subscriber_is_reported_and_does_not_stop_others
+    seen = Queue.new
+    @bus.subscribe("/a") { |_m| raise "boom" }
+    @bus.subscribe("/a") { |m| seen << m.data }
+    @bus.publish("/a", 1)
+    @bus.publish("/a", 2)
+    assert_equal [1, 2], drain(seen, 2)
+    error, msg = @errors.pop
+    assert_equal "boom", error.message
+    assert_equal "/a", msg.channel
+  end
+
+  def test_closed_bus_refuses_publish
+    @bus.close
+    assert_raises(Herald::ClosedError) { @bus.publish("/a", 1) }
+  end
+end
