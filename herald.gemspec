@@ -15,4 +15,5 @@ Gem::Specification.new do |s|
   s.bindir = "exe"
   s.executables = ["herald"]
   s.add_dependency "msgpack", "~> 1.7"
+  s.add_dependency "nio4r", "~> 2.5" # epoll event loop that parks thousands of HTTP clients (see README)
 end
