@@ -16,4 +16,5 @@ Gem::Specification.new do |s|
   s.executables = ["herald"]
   s.add_dependency "msgpack", "~> 1.7"
   s.add_dependency "nio4r", "~> 2.5" # epoll event loop that parks thousands of HTTP clients (see README)
+  s.add_dependency "puma", ">= 6.4", "< 8" # the app server behind `herald server` (see README)
 end
