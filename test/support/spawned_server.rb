@@ -10,7 +10,7 @@ module Herald
   # HERALD_TEST_IMPL=message_bus runs the real-client tests against message_bus's own middleware.
   class SpawnedServer
     ROOT = File.expand_path("../..", __dir__)
-    attr_reader :port, :dir
+    attr_reader :port, :dir, :pid
 
     def self.herald_command(dir) = [RbConfig.ruby, File.join(ROOT, "exe/herald"), "server", "--port", "0", "--dir", dir]
 
@@ -29,7 +29,9 @@ module Herald
     def initialize(command, dir:)
       @dir = dir
       @reader, writer = IO.pipe
-      @pid = Process.spawn(*command, out: writer, err: writer, chdir: dir)
+      # Room for thousands of parked connections (the benchmarks hold 10,000).
+      nofile = Process.getrlimit(:NOFILE)[1]
+      @pid = Process.spawn(*command, out: writer, err: writer, chdir: dir, rlimit_nofile: [nofile, nofile])
       writer.close
       @port = wait_for_port
     end
