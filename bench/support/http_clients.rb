@@ -88,7 +88,7 @@ def latency(port, clients, rounds)
       monitor = selector.register(c.socket, :r)
       monitor.value = lambda do
         c.read
-        next unless monitor.io && !c.socket.closed? && (c.complete_reply? || c.eof?)
+        next if c.socket.closed? || !(c.complete_reply? || c.eof?)
         now = Process.clock_gettime(Process::CLOCK_REALTIME)
         sent = c.messages.find { |m| m["channel"] == "/lat" }&.dig("data", "t")
         latencies << (sent ? now - sent : nil)
