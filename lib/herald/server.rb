@@ -58,7 +58,7 @@ module Herald
     end
 
     def start
-      @puma = Server.build_puma(@middleware, host: @host, port: @port, threads: @threads)
+      @puma = listen
       @port = @puma.connected_ports.first
       @thread = @puma.run
       @log&.puts "Herald listening on http://#{@host}:#{@port} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
@@ -88,6 +88,16 @@ module Herald
     end
 
     private
+
+    def listen
+      Server.build_puma(@middleware, host: @host, port: @port, threads: @threads)
+    rescue Errno::EADDRINUSE
+      shutdown
+      raise ConfigurationError, "cannot listen on #{@host}: port #{@port} is in use; stop the other server or pass --port"
+    rescue Errno::EACCES, Errno::EADDRNOTAVAIL => e
+      shutdown
+      raise ConfigurationError, "cannot listen on #{@host} port #{@port} (#{e.message}); pass another --host or --port"
+    end
 
     def shutdown
       @puma&.stop(true)
