@@ -62,6 +62,7 @@ module Herald
       @port = @puma.connected_ports.first
       @thread = @puma.run
       @log&.puts "Herald listening on http://#{@host}:#{@port} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
+      @log&.flush
       self
     end
 
@@ -75,6 +76,7 @@ module Herald
       previous = %w[TERM INT].to_h { |sig| [sig, trap(sig) { @stop << sig }] }
       signal = @stop.pop
       @log&.puts "Herald stopping (#{signal})"
+      @log&.flush
       shutdown
     ensure
       previous&.each { |sig, handler| trap(sig, handler || "DEFAULT") }

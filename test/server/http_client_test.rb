@@ -40,6 +40,13 @@ class HTTPClientTest < Minitest::Test
     assert_equal ["live", 3], pop(received)
   end
 
+  def test_sigint_stops_the_server_gracefully_with_clients_connected
+    assert_receives(client(enable_chunked_encoding: true))
+    status = nil
+    capture_io { status = @server.stop(:INT) }
+    assert_predicate status, :success?, "exit status after SIGINT: #{status.inspect}"
+  end
+
   private
 
   def client(**options)

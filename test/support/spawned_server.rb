@@ -50,12 +50,13 @@ module Herald
       Integer(out)
     end
 
-    def stop
-      return unless @pid
-      Process.kill(:TERM, @pid)
-      _, status = Process.wait2(@pid)
+    # Signals the server and returns its exit status (the same status again once it has stopped).
+    def stop(signal = :TERM)
+      return @status unless @pid
+      Process.kill(signal, @pid)
+      _, @status = Process.wait2(@pid)
       @pid = nil
-      status
+      @status
     end
 
     private
