@@ -5,22 +5,24 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { startServer, launchBrowser, ROOT, IMPL } from "./helpers.mjs";
+import { startServer, launchBrowser, ROOT, IMPL, MISSING } from "./helpers.mjs";
 
 let server;
 let browser;
 
 before(async () => {
+  if (MISSING || IMPL !== "herald") return;
   [server, browser] = await Promise.all([startServer({ real: true }), launchBrowser()]);
 });
 
 after(async () => {
   await browser?.close();
-  const exit = await server?.stop();
+  if (!server) return;
+  const exit = await server.stop();
   assert.equal(exit?.code, 0, "herald server should exit cleanly on SIGTERM");
 });
 
-test("the demo page shows messages from the command line and from its form", { skip: IMPL !== "herald" && "needs herald server" }, async () => {
+test("the demo page shows messages from the command line and from its form", { skip: MISSING || (IMPL !== "herald" && "needs herald server") }, async () => {
   const context = await browser.newContext({ viewport: { width: 900, height: 640 } });
   const page = await context.newPage();
   const firstPoll = page.waitForResponse((r) => r.url().includes("/message-bus/"));
