@@ -73,7 +73,9 @@ module Herald
       def wait(last_global_id, timeout:)
         deadline = monotonic + timeout
         @lock.synchronize do
-          while @global_id <= last_global_id && !@closed
+          loop do
+            raise ClosedError, "store is closed" if @closed # a closed store must not let a waiter spin
+            break if @global_id > last_global_id
             left = deadline - monotonic
             break if left <= 0
             @appended.wait(left)
