@@ -73,9 +73,8 @@ module Herald
       def wait(last_global_id, timeout:)
         deadline = monotonic + timeout
         @lock.synchronize do
-          loop do
-            raise ClosedError, "store is closed" if @closed # a closed store must not let a waiter spin
-            break if @global_id > last_global_id
+          while @global_id <= last_global_id
+            raise ClosedError, "store is closed" if @closed
             left = deadline - monotonic
             break if left <= 0
             @appended.wait(left)
