@@ -18,6 +18,7 @@ require_relative "herald/store/log/directory" # lock, meta, state, cursors, leas
 require_relative "herald/store/log/syncer"    # fsync policies, group commit
 require_relative "herald/store/log/wakeup"    # cross-process wakeups
 require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
+require_relative "herald/store/log/checker"   # verification for `herald check`
 require_relative "herald/store/log"
 require_relative "herald/subscription"
 require_relative "herald/bus"            # publish / subscribe / backlog over one store
