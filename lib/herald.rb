@@ -11,6 +11,15 @@ require_relative "herald/codec/msgpack"
 require_relative "herald/message"        # the immutable value every reader gets
 require_relative "herald/store"          # the store contract
 require_relative "herald/store/memory"   # reference store
+require_relative "herald/store/log/record"    # the embedded log: frame + record layout
+require_relative "herald/store/log/segment"   # one append-only file
+require_relative "herald/store/log/index"     # what is retained, in memory
+require_relative "herald/store/log/directory" # lock, meta, state, cursors, leases
+require_relative "herald/store/log/syncer"    # fsync policies, group commit
+require_relative "herald/store/log/wakeup"    # cross-process wakeups
+require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
+require_relative "herald/store/log/checker"   # verification for `herald check`
+require_relative "herald/store/log"
 require_relative "herald/subscription"
 require_relative "herald/bus"            # publish / subscribe / backlog over one store
 require_relative "herald/config"

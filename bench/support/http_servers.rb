@@ -32,6 +32,6 @@ module Bench
   def self.percentile(sorted, fraction) = sorted[((sorted.size - 1) * fraction).round]
 
   def self.store_note
-    "Herald uses its default store (#{defined?(Herald::Store::Log) ? "the embedded log, fsync :interval" : "memory: Store::Log not yet available"}); message_bus uses its memory backend."
+    "Herald uses its default store, the embedded log (fsync :interval); message_bus uses its memory backend."
   end
 end

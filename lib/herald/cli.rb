@@ -108,3 +108,4 @@ module Herald
     register "server", Server
   end
 end
+require_relative "cli/check"

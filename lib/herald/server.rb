@@ -31,19 +31,12 @@ module Herald
       @port = port
       @threads = threads
       @log = log
-      @bus = bus || Bus.new(store: store || Server.default_store(dir))
+      @bus = bus || Bus.new(store: store || Store::Log.new(dir: dir))
       @owns_bus = bus.nil?
       inner = DemoApp.new(bus: @bus)
       inner = app.call(inner, @bus) if app
       @middleware = Rack::Middleware.new(inner, bus: @bus, **middleware_options)
       @stop = Queue.new
-    end
-
-    # The embedded log when it is available, so `herald publish` in another process reaches this server.
-    def self.default_store(dir)
-      return Store::Log.new(dir: dir) if Store.const_defined?(:Log)
-      warn "herald server: Store::Log is not available; using an in-memory store (messages do not survive)"
-      Store::Memory.new
     end
 
     def app = @middleware

@@ -54,7 +54,7 @@ end
 
 case options[:impl]
 when "herald"
-  store = (options[:store] == "memory") ? Herald::Store::Memory.new : Herald::Server.default_store(options.fetch(:dir))
+  store = (options[:store] == "memory") ? Herald::Store::Memory.new : Herald::Store::Log.new(dir: options.fetch(:dir))
   lookups = {user_id_lookup: user_lookup}.compact
   lookups[:max_active_clients] = options[:max_clients] if options[:max_clients]
   server = Herald::Server.new(host: "127.0.0.1", port: options[:port], store: store, threads: options[:threads],
