@@ -25,6 +25,15 @@ require_relative "herald/store/log"
 require_relative "herald/subscription"
 require_relative "herald/bus"            # publish / subscribe / backlog over one store
 require_relative "herald/config"
+require_relative "herald/rack/wire"              # the bytes of a message on the wire, built once per process
+require_relative "herald/rack/poll_request"      # parsing and checking what a client sends
+require_relative "herald/rack/client"            # who polls, where it is, what it may see
+require_relative "herald/rack/connection"        # a parked client: modes and encodings
+require_relative "herald/rack/socket_connection" # ... on a hijacked socket (Puma)
+require_relative "herald/rack/queue_connection"  # ... through a Rack body (Falcon, fallback)
+require_relative "herald/rack/reactor"           # the one event loop holding parked clients
+require_relative "herald/rack/responder"         # one request: backlog, reply or park
+require_relative "herald/rack/middleware"        # the Rack middleware (message_bus protocol, SSE, msgpack)
 
 # The facade: one default bus per process, built from Herald.configure.
 module Herald
