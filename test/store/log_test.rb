@@ -50,6 +50,18 @@ class LogStoreTest < Minitest::Test
     assert_equal returned.sort_by(&:global_id).map(&:data), again.global_backlog(0).map(&:data)
   end
 
+  def test_targets_longer_than_64_kib_round_trip
+    dir = Dir.mktmpdir("herald-log").tap { |d| @dirs << d }
+    s = store_in(dir, fsync: :never)
+    users = (100_000...130_000).to_a # 150 KB of MessagePack: past the 16-bit length in the record's word
+    append("/big", "x", store: s, user_ids: users, client_ids: ["c"])
+    append("/big", "y", store: s)
+    s.close
+    msgs = store_in(dir).backlog("/big", 0)
+    assert_equal [users, ["c"], "x"], [msgs[0].user_ids, msgs[0].client_ids, msgs[0].data]
+    assert_equal ["y", nil, true], [msgs[1].data, msgs[1].user_ids, msgs[1].public?]
+  end
+
   def test_unknown_fsync_mode_is_an_argument_error
     assert_raises(ArgumentError) { Herald::Store::Log.new(dir: Dir.mktmpdir, fsync: :sometimes) }
   end

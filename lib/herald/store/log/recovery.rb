@@ -65,7 +65,7 @@ module Herald
         # sits at the end.
         def read_segment(segment)
           segment.read_new(on_corrupt: ->(offset) { corrupt(segment, offset) }) do |buffer, pos, length|
-            msg = Record.decode(buffer, pos, @names)
+            msg = Record.decode(buffer, pos, length, @names)
             @index.add(msg, Store.channel_key(msg.channel, msg.site_id), Record.retention(buffer, pos))
           end
         end
