@@ -62,6 +62,27 @@ class LogStoreTest < Minitest::Test
     assert_equal ["y", nil, true], [msgs[1].data, msgs[1].user_ids, msgs[1].public?]
   end
 
+  def test_cursors_persist_and_a_lease_is_freed_when_its_process_dies
+    dir = Dir.mktmpdir("herald-log").tap { |d| @dirs << d }
+    s = store_in(dir)
+    s.save_cursor("Mailer/jobs", 7)
+    r, w = IO.pipe
+    pid = fork do
+      r.close
+      w.puts(store_in(dir).lease("Mailer/jobs") ? "held" : "refused")
+      sleep 10
+    end
+    w.close
+    assert_equal "held", r.gets.strip
+    assert_nil s.lease("Mailer/jobs"), "another process holds it"
+    Process.kill(:KILL, pid)
+    Process.wait(pid)
+    lease = s.lease("Mailer/jobs")
+    assert lease, "freed when its owner died"
+    lease.release
+    assert_equal 7, store_in(dir).load_cursor("Mailer/jobs")
+  end
+
   def test_unknown_fsync_mode_is_an_argument_error
     assert_raises(ArgumentError) { Herald::Store::Log.new(dir: Dir.mktmpdir, fsync: :sometimes) }
   end
