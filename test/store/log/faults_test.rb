@@ -71,11 +71,14 @@ class LogFaultsTest < Minitest::Test
 
   def test_an_unprivileged_process_can_read_a_directory_it_cannot_write
     write_some(@dir)
+    Dir.mkdir(File.join(@dir, "never-opened"))
     FileUtils.chmod_R("a+rX", @dir)
     FileUtils.chmod("go-w", @dir)
     out = in_child do
       Process::Sys.setgid(65_534)
       Process::Sys.setuid(65_534)
+      empty = Herald::Store::Log.new(dir: File.join(@dir, "never-opened")) # no segments, no subdirectories
+      raise "not empty" unless empty.last_global_id.zero? && empty.global_backlog(0).empty?
       store = Herald::Store::Log.new(dir: @dir)
       data = store.backlog("/f", 0).map(&:data).join(",")
       begin

@@ -24,8 +24,6 @@ module Herald
           @dir = dir
           @on_wake = on_wake
           Wakeup.count += 1
-          stat = File.stat(dir)
-          @prefix = "\0herald-#{stat.dev.to_s(16)}-#{stat.ino.to_s(16)}-"
           @name = "#{Process.pid}-#{Wakeup.count}.sock"
           @socket = bind
           @sender = Socket.new(:UNIX, :DGRAM)
@@ -62,6 +60,8 @@ module Herald
         private
 
         def bind
+          stat = File.stat(@dir)
+          @prefix = "\0herald-#{stat.dev.to_s(16)}-#{stat.ino.to_s(16)}-"
           sock = Socket.new(:UNIX, :DGRAM)
           sock.bind(address(@name))
           File.write(File.join(@dir, @name), "")
@@ -98,6 +98,7 @@ module Herald
           now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
           return if now - @peers_at < PEERS_TTL
           @peers_at = now
+          return @peers = [] unless @prefix
           @peers = Dir.children(@dir).filter_map do |name|
             next if name == @name || !name.end_with?(".sock")
             [name, address(name)]
