@@ -40,6 +40,8 @@ module Herald
           pos = scan(buffer, @size, buffer.bytesize, on_corrupt) { |b, p, l| yield b, p, l }
           @size += pos
           pos == buffer.bytesize
+        rescue EOFError
+          true # a writer cut a torn tail between our size check and the read
         end
 
         # Cuts damage at the tail (a record torn by a crash, garbage) so the next append lands right after
