@@ -9,7 +9,7 @@ require "herald"
 require "json"
 
 CLIENTS = [(1000 * Bench::SCALE).to_i, 10].max
-ROUNDS = 3
+ROUNDS = 5
 
 def measure(server)
   command = [RbConfig.ruby, File.join(Bench::HTTP_ROOT, "bench/support/http_clients.rb"), "latency",
