@@ -20,7 +20,10 @@ module Herald
       STATUS_CHANNEL = "/__status"
       MSGPACK_EMPTY_ARRAY = "\x90".b.freeze
 
-      Entry = Struct.new(:json, :segment, :chunk, :sse, :msgpack, :msgpack_chunk)
+      Entry = Struct.new(:json, :segment, :chunk, :sse, :msgpack, :msgpack_chunk, :poll_reply)
+
+      # The start of every response we write ourselves on a hijacked socket (message_bus's header order).
+      HEAD = "HTTP/1.1 200 OK\r\ncache-control: must-revalidate, private, max-age=0\r\npragma: no-cache\r\nexpires: 0\r\n"
 
       # A JSON array as one streaming segment: escaped, then followed by the separator (PROTOCOL.md 1.5).
       def self.segment(json_array)
@@ -68,6 +71,15 @@ module Herald
       def msgpack(msg)
         e = entry(msg)
         e.msgpack || (e.msgpack = build_msgpack(msg))
+      end
+
+      # A whole hijacked long-poll reply carrying just this message (no extra headers): shared by every reader.
+      def poll_reply(msg)
+        e = entry(msg)
+        e.poll_reply || (e.poll_reply = begin
+          body = "[#{json(msg)}]"
+          "#{HEAD}connection: close\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: #{body.bytesize}\r\n\r\n#{body}".b.freeze
+        end)
       end
 
       # A one-element MessagePack array framed as one HTTP chunk (a client feeds a streaming unpacker).
