@@ -67,6 +67,27 @@ class LogProcessesTest < Minitest::Test
     assert_equal %w[parent child], eventually { store.backlog("/f", 0).first(2).map(&:data).then { |d| d if d.size == 2 } }
   end
 
+  def test_a_store_closed_before_fork_stays_closed_in_the_child
+    store = open_store
+    append(store, "/f", "before")
+    store.close
+    r, w = IO.pipe
+    pid = fork do
+      r.close
+      begin
+        append(store, "/f", "child")
+        w.write("appended")
+      rescue Herald::ClosedError
+        w.write("closed #{store.backlog("/f", 0).map(&:data).join(",")}")
+      end
+      exit!(0)
+    end
+    w.close
+    out = r.read
+    Process.wait(pid)
+    assert_equal "closed before", out
+  end
+
   private
 
   def open_store(**options) = Herald::Store::Log.new(dir: @dir, fsync: :never, max_backlog_size: 100_000, **options)
