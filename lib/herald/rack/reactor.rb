@@ -126,6 +126,7 @@ module Herald
         return unless begin_connection(conn, msgs, status)
         @clients[conn.client.id] = conn
         conn.client.keys.each { |key| (@index[key] ||= {}.compare_by_identity)[conn] = true }
+        conn.indexed = true
         insert_timer(conn)
         catch_up(conn) if @cursor > snapshot
       rescue => e
@@ -245,6 +246,8 @@ module Herald
       end
 
       def remove(conn)
+        return true unless conn.indexed
+        conn.indexed = false
         client = conn.client
         @clients.delete(client.id) if @clients[client.id].equal?(conn)
         client.keys.each do |key|

@@ -24,6 +24,15 @@ module Herald
           @size = 0
         end
 
+        # The same file through a descriptor of our own (after fork), read up to where it was; false when
+        # the file is gone (deleted by retention in another process: nothing in it was retained).
+        def reopen(writable:)
+          @io = File.new(@path, (writable ? File::RDWR : File::RDONLY) | File::BINARY)
+          true
+        rescue Errno::ENOENT
+          false
+        end
+
         # True when the file holds bytes not read yet (appended by another process, or damage).
         def unread? = @io.size > @size
 
