@@ -12,7 +12,18 @@ require_relative "herald/codec/msgpack"
 require_relative "herald/message"        # the immutable value every reader gets
 require_relative "herald/store"          # the store contract
 require_relative "herald/store/memory"   # reference store
-require_relative "herald/store/record"   # one binary string per message, for the networked stores
+require_relative "herald/store/log/record"    # the embedded log: frame + record layout
+require_relative "herald/store/log/stored_message" # a message read from a record, sliced lazily
+require_relative "herald/store/log/segment"   # one append-only file
+require_relative "herald/store/log/index"     # what is retained, in memory
+require_relative "herald/store/log/directory" # lock, meta, state, cursors, leases
+require_relative "herald/store/log/syncer"    # fsync policies, group commit
+require_relative "herald/store/log/wakeup"    # cross-process wakeups
+require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
+require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders
+require_relative "herald/store/log/checker"   # verification for `herald check`
+require_relative "herald/store/log"
+require_relative "herald/store/packed"   # one binary string per message, for the networked stores
 require_relative "herald/store/pool"     # connection pool (threads, forks, lost connections)
 require_relative "herald/store/notifier" # listener thread: cross-process wakeups
 # The networked stores load their client gem (redis-client, pg) on first use, so apps need only the one they use.
@@ -21,6 +32,15 @@ Herald::Store.autoload :Postgres, File.expand_path("herald/store/postgres", __di
 require_relative "herald/subscription"
 require_relative "herald/bus"            # publish / subscribe / backlog over one store
 require_relative "herald/config"
+require_relative "herald/rack/wire"              # the bytes of a message on the wire, built once per process
+require_relative "herald/rack/poll_request"      # parsing and checking what a client sends
+require_relative "herald/rack/client"            # who polls, where it is, what it may see
+require_relative "herald/rack/connection"        # a parked client: modes and encodings
+require_relative "herald/rack/socket_connection" # ... on a hijacked socket (Puma)
+require_relative "herald/rack/queue_connection"  # ... through a Rack body (Falcon, fallback)
+require_relative "herald/rack/reactor"           # the one event loop holding parked clients
+require_relative "herald/rack/responder"         # one request: backlog, reply or park
+require_relative "herald/rack/middleware"        # the Rack middleware (message_bus protocol, SSE, msgpack)
 
 # The facade: one default bus per process, built from Herald.configure.
 module Herald

@@ -14,6 +14,8 @@ module Herald
       Commands:
         publish CHANNEL JSON [--dir DIR]   append one message (JSON text) to a channel
         tail CHANNEL [--dir DIR]           print new messages on a channel as they arrive
+        server [--port 9292] [--host 127.0.0.1] [--dir DIR] [--threads 5]
+                                           HTTP server: message_bus endpoint + live demo page at /
     TEXT
 
     def self.register(name, command, usage = nil)
@@ -84,5 +86,26 @@ module Herald
       end
     end
     register "tail", Tail
+
+    # The main job: Puma + Herald::Rack::Middleware + the demo page, on the embedded log (lib/herald/server.rb).
+    class Server < Command
+      def run
+        require_relative "server"
+        Herald::Server.new(**@options, log: @out).run
+        0
+      end
+
+      private
+
+      def parser
+        super.tap do |o|
+          o.on("--port PORT", Integer, "TCP port (default 9292)") { |v| @options[:port] = v }
+          o.on("--host HOST", "address to bind (default 127.0.0.1)") { |v| @options[:host] = v }
+          o.on("--threads N", Integer, "Puma threads for short requests (default 5)") { |v| @options[:threads] = v }
+        end
+      end
+    end
+    register "server", Server
   end
 end
+require_relative "cli/check"

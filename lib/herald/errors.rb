@@ -41,4 +41,15 @@ module Herald
 
   # fsync failed: the store can no longer promise durability and refuses further writes.
   class DurabilityError < StoreError; end
+
+  # An HTTP request the transport refuses (bad body, too many channels, bad ids). Carries the 4xx status
+  # the middleware answers with; the message is short and safe to show to the client.
+  class RequestError < Error
+    attr_reader :status
+
+    def initialize(message, status: 400)
+      @status = status
+      super(message)
+    end
+  end
 end

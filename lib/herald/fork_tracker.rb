@@ -12,7 +12,7 @@ module Herald
     @lock = Mutex.new
 
     class << self
-      def pid = @pid
+      attr_reader :pid
 
       def forked?(pid) = pid != @pid
 

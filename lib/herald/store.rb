@@ -25,6 +25,8 @@ module Herald
   # Waiting
   #   wait(last_global_id, timeout:)            => Integer last_global_id; returns at once when it is
   #     greater than the argument, else blocks until something is appended (by any process) or timeout.
+  #     Raises ClosedError once the store is closed (also when close happens during the wait), so that
+  #     reader loops end instead of spinning.
   #
   # Durable readers (cursors and leases, for deferred subscribers)
   #   load_cursor(name) => Integer (0 when never saved); save_cursor(name, global_id)

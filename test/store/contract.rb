@@ -127,6 +127,16 @@ module StoreContract
     assert_equal 2, waiter.value
   end
 
+  def test_wait_raises_closed_error_once_closed_so_reader_loops_end
+    s = store
+    waiter = Thread.new { s.wait(0, timeout: 5) }
+    waiter.report_on_exception = false # the ClosedError is the expected outcome, joined below
+    sleep 0.05
+    s.close
+    assert_raises(Herald::ClosedError) { waiter.value }
+    assert_raises(Herald::ClosedError) { s.wait(0, timeout: 1) }
+  end
+
   def test_cursors_start_at_zero_and_persist_values
     assert_equal 0, @store.load_cursor("Sub")
     @store.save_cursor("Sub", 42)

@@ -3,6 +3,7 @@
 require "socket"
 require "tmpdir"
 require "fileutils"
+require "uri"
 
 module Herald
   # Real redis-server and PostgreSQL for the tests and benchmarks: started once per process on free
@@ -28,6 +29,19 @@ module Herald
         stop(server[:pid])
         server[:pid] = spawn_redis(server[:port], server[:dir])
         wait_for_port(server[:port])
+      end
+
+      # A second redis-server replicating the first: it answers writes with READONLY.
+      def redis_replica_url
+        primary = URI(redis_url)
+        start(:replica) do
+          port = free_port
+          dir = Dir.mktmpdir("herald-redis-replica")
+          pid = spawn_redis(port, dir, "--replicaof", primary.host, primary.port.to_s)
+          wait_for_port(port)
+          at_exit { stop(pid) && FileUtils.rm_rf(dir) }
+          {url: "redis://127.0.0.1:#{port}/0", pid: pid}
+        end
       end
 
       def spawned_redis? = !ENV["REDIS_URL"] && @urls.key?(:redis)
@@ -58,9 +72,9 @@ module Herald
         {url: "redis://127.0.0.1:#{port}/0", port: port, dir: dir, pid: pid}
       end
 
-      def spawn_redis(port, dir)
+      def spawn_redis(port, dir, *extra)
         Process.spawn("redis-server", "--port", port.to_s, "--bind", "127.0.0.1", "--save", "",
-          "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning",
+          "--appendonly", "no", "--dir", dir, "--daemonize", "no", "--loglevel", "warning", *extra,
           out: File::NULL, err: File::NULL)
       end
 

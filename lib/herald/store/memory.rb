@@ -73,7 +73,8 @@ module Herald
       def wait(last_global_id, timeout:)
         deadline = monotonic + timeout
         @lock.synchronize do
-          while @global_id <= last_global_id && !@closed
+          while @global_id <= last_global_id
+            raise ClosedError, "store is closed" if @closed
             left = deadline - monotonic
             break if left <= 0
             @appended.wait(left)

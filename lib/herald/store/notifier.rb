@@ -51,6 +51,7 @@ module Herald
             break if left <= 0
             @cond.wait(@lock, left)
           end
+          raise ClosedError, "store is closed" if @stopped
           @latest
         end
       end

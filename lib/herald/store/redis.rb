@@ -13,7 +13,7 @@ module Herald
     #
     # One Lua script (Scripts::APPEND) assigns the global and channel ids, stores the record in the
     # channel's and the global sorted set, trims both and PUBLISHes a wakeup; a backlog is one
-    # ZRANGEBYSCORE returning raw records (Store::Record), decoded without touching `data`.
+    # ZRANGEBYSCORE returning raw records (Store::Packed), decoded without touching `data`.
     # A reset (flush, restart without persistence, failover) is detected by the epoch and by ids going
     # backwards, reported to `on_reset`, and recovered from by restarting ids above everything seen.
     # Per-publish max_backlog_size/age overrides are remembered by this process (the first publish after a
@@ -62,7 +62,7 @@ module Herald
         key = Store.channel_key(channel, site_id)
         size, age = retention(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
-        tail = Record.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
+        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
         gid, mid, epoch, reset = evalsha(Scripts::APPEND, [@meta_key, @ids_key, channel_key(key), @global_key,
           key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel])
         saw(epoch, gid, reset == 1)
@@ -88,13 +88,13 @@ module Herald
 
       def backlog(channel, last_id = 0, site_id: nil)
         records = read { |r| r.call_v(["ZRANGEBYSCORE", channel_key(Store.channel_key(channel, site_id)), "(#{last_id}", "+inf"]) }
-        Record.decode_all(records, channel)
+        Packed.decode_all(records, channel)
       end
 
       def global_backlog(last_id = 0, limit: nil)
         command = ["ZRANGEBYSCORE", @global_key, "(#{last_id}", "+inf"]
         command.push("LIMIT", 0, limit) if limit
-        Record.decode_all(read { |r| r.call_v(command) })
+        Packed.decode_all(read { |r| r.call_v(command) })
       end
 
       def epoch
@@ -183,8 +183,9 @@ module Herald
       # Writes are not retried after a lost connection: the script may have run. Reads are.
       def write(&block)
         @pool.with(&block)
+      rescue RedisClient::ReadOnlyError => e
+        raise ReplicaReadOnlyError, "Redis at #{@url} is a read-only replica (#{e.message.lines.first.strip}): point the store at the primary"
       rescue RedisClient::CommandError => e
-        raise ReplicaReadOnlyError, "Redis at #{@url} is a read-only replica (#{e.message}): point the store at the primary" if e.message.start_with?("READONLY")
         raise StoreError, "Redis refused the command: #{e.message}"
       rescue RedisClient::ConnectionError => e
         raise ConnectionError, "Redis at #{@url} is unreachable: #{e.message}"

@@ -8,7 +8,7 @@ module Herald
       # The server-side scripts. Each runs atomically, so ids are assigned, stored, trimmed and announced
       # in one step. Keys: meta (hash: epoch, gid, floor), ids (hash: channel key => last message id),
       # the channel's sorted set (score message id) and the global one (score global id), both holding
-      # the same record strings (Store::Record), so trimming a channel removes its records globally too.
+      # the same record strings (Store::Packed), so trimming a channel removes its records globally too.
       module Scripts
         Script = Struct.new(:source, :sha)
 

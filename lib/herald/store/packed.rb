@@ -17,7 +17,7 @@ module Herald
     #   channel, site_id, targets, payload bytes
     #
     # The client builds everything after the two ids (the "tail"); the server prepends the ids.
-    module Record
+    module Packed
       HEADER = "GGGGCNNN"
       HEADER_SIZE = 45
       NO_SITE = 0xFFFFFFFF

@@ -1,0 +1,144 @@
+# frozen_string_literal: true
+
+# The client side of bench/http_*_bench.rb, in its own process (so the server's CPU and RSS are its own):
+# many raw HTTP/1.1 connections on one nio4r selector, speaking the message_bus poll protocol.
+#
+#   ruby bench/support/http_clients.rb latency PORT CLIENTS ROUNDS
+#     parks CLIENTS long polls (Dont-Chunk) on /lat, publishes one message stamped with the wall clock,
+#     and prints one JSON line of every client's publish -> delivery latency (seconds), per round.
+#   ruby bench/support/http_clients.rb idle PORT CLIENTS
+#     opens CLIENTS streaming polls on /idle, prints "ready N" once each got its first chunk, then waits
+#     for a line on stdin and prints "open N" (how many are still open) before exiting.
+require "nio"
+require "socket"
+require "json"
+require "net/http"
+require "securerandom"
+
+Process.setrlimit(:NOFILE, Process.getrlimit(:NOFILE)[1])
+
+class PollConnection
+  attr_reader :buffer, :socket
+
+  def initialize(port, channel, last_id, chunked:)
+    @socket = Socket.tcp("127.0.0.1", port)
+    @socket.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
+    body = "#{URI.encode_www_form_component(channel)}=#{last_id}"
+    @socket.write("POST /message-bus/#{SecureRandom.hex(16)}/poll HTTP/1.1\r\nHost: 127.0.0.1\r\n" \
+      "Content-Type: application/x-www-form-urlencoded\r\nContent-Length: #{body.bytesize}\r\n" \
+      "#{"Dont-Chunk: true\r\n" unless chunked}X-Silence-Logger: true\r\n\r\n#{body}")
+    @buffer = +""
+    @eof = false
+  end
+
+  # Reads what is there; true once the connection was closed by the server.
+  def read
+    loop do
+      chunk = @socket.read_nonblock(65_536, exception: false)
+      return false if chunk == :wait_readable
+      return @eof = true if chunk.nil?
+      @buffer << chunk
+    end
+  rescue Errno::ECONNRESET
+    @eof = true
+  end
+
+  def eof? = @eof
+
+  # A complete non-chunked reply (content-length) or, for a stream, at least one complete chunk.
+  def complete_reply?
+    head, body = @buffer.split("\r\n\r\n", 2)
+    return false unless body
+    length = head[/content-length: *(\d+)/i, 1]
+    length ? body.bytesize >= Integer(length) : body.include?("\r\n|\r\n")
+  end
+
+  def messages
+    body = @buffer.split("\r\n\r\n", 2)[1].to_s
+    json = body[/\[.*\]/m]
+    json ? JSON.parse(json) : []
+  end
+
+  def close = @socket.close
+end
+
+def publish(port, channel, data)
+  response = Net::HTTP.post(URI("http://127.0.0.1:#{port}/test/publish"),
+    JSON.generate("channel" => channel, "data" => data), "Content-Type" => "application/json")
+  Integer(JSON.parse(response.body).fetch("message_id"))
+end
+
+# Reads on every ready connection until `done` says stop or the deadline passes.
+def pump(selector, deadline)
+  loop do
+    remaining = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    return false if remaining <= 0
+    selector.select(remaining) { |monitor| monitor.value.call }
+    return true if yield
+  end
+end
+
+def latency(port, clients, rounds)
+  last_id = publish(port, "/lat", {"warmup" => true})
+  rounds.times do
+    selector = NIO::Selector.new
+    connections = Array.new(clients) { PollConnection.new(port, "/lat", last_id, chunked: false) }
+    latencies = []
+    connections.each do |c|
+      monitor = selector.register(c.socket, :r)
+      monitor.value = lambda do
+        c.read
+        next if c.socket.closed? || !(c.complete_reply? || c.eof?)
+        now = Process.clock_gettime(Process::CLOCK_REALTIME)
+        sent = c.messages.find { |m| m["channel"] == "/lat" }&.dig("data", "t")
+        latencies << (sent ? now - sent : nil)
+        selector.deregister(c.socket)
+        c.close
+      end
+    end
+    sleep 1.5 # let every poll reach the server and park
+    last_id = publish(port, "/lat", {"t" => Process.clock_gettime(Process::CLOCK_REALTIME)})
+    pump(selector, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20) { latencies.size == clients }
+    connections.each { |c| c.close unless c.socket.closed? }
+    selector.close
+    puts JSON.generate(latencies)
+    $stdout.flush
+  end
+end
+
+def idle(port, clients)
+  selector = NIO::Selector.new
+  ready = 0
+  connections = []
+  clients.times.each_slice(500) do |slice|
+    slice.each do
+      c = PollConnection.new(port, "/idle", -1, chunked: true)
+      connections << c
+      counted = false
+      monitor = selector.register(c.socket, :r)
+      monitor.value = lambda do
+        c.read
+        if !counted && (c.complete_reply? || c.eof?)
+          counted = true
+          ready += 1
+        end
+        selector.deregister(c.socket) if c.eof?
+      end
+    end
+    pump(selector, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 30) { ready == connections.size }
+  end
+  puts "ready #{ready} #{connections.count { |c| !c.eof? }}"
+  $stdout.flush
+  $stdin.gets
+  selector.select(0) { |monitor| monitor.value.call }
+  puts "open #{connections.count { |c| !c.eof? }}"
+  $stdout.flush
+  connections.each(&:close)
+end
+
+mode, port, *rest = ARGV
+case mode
+when "latency" then latency(Integer(port), Integer(rest[0]), Integer(rest[1]))
+when "idle" then idle(Integer(port), Integer(rest[0]))
+else abort "usage: http_clients.rb latency|idle PORT CLIENTS [ROUNDS]"
+end

@@ -1,0 +1,37 @@
+# frozen_string_literal: true
+
+require "rbconfig"
+require "tmpdir"
+require_relative "../../test/support/spawned_server"
+
+module Bench
+  HTTP_ROOT = File.expand_path("../..", __dir__)
+  THREADS = 5 # Puma threads, the same for every server (Herald::Server::DEFAULT_THREADS)
+  # BENCH_HTTP_IMPLS=message_bus runs one side only (when working on the harness).
+  IMPLS = {"message_bus 4.5.1 middleware" => "message_bus", "Herald middleware" => "herald"}
+    .select { |_, impl| ENV.fetch("BENCH_HTTP_IMPLS", "message_bus,herald").split(",").include?(impl) }.freeze
+
+  # Runs the block with a server in a child process: test/support/http_server.rb, the same Puma settings
+  # (Herald::Server.build_puma) and demo app in front of message_bus's middleware (memory backend) or
+  # Herald's (the embedded log in a temporary directory). Both lift the 1,000-client cap.
+  def self.with_http_server(impl)
+    Dir.mktmpdir("herald-http-bench") do |dir|
+      command = [RbConfig.ruby, File.join(HTTP_ROOT, "test/support/http_server.rb"), "--impl", impl,
+        "--dir", dir, "--threads", THREADS.to_s, "--max-clients", "20000"]
+      server = Herald::SpawnedServer.new(command, dir: dir)
+      begin
+        yield server
+      ensure
+        server.stop
+      end
+    end
+  end
+
+  def self.rss_kb(pid) = File.read("/proc/#{pid}/status")[/VmRSS:\s+(\d+)/, 1].to_i
+
+  def self.percentile(sorted, fraction) = sorted[((sorted.size - 1) * fraction).round]
+
+  def self.store_note
+    "Herald uses its default store, the embedded log (fsync :interval); message_bus uses its memory backend."
+  end
+end

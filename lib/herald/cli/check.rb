@@ -1,0 +1,19 @@
+# frozen_string_literal: true
+
+module Herald
+  module CLI
+    # herald check DIR: verifies every record of a log; exit status 1 when any record is corrupt.
+    class Check < Command
+      def run
+        report = Store::Log::Checker.new(arg!(0, "DIR")).run
+        report.corrupt.each { |path, offset| @out.puts "corrupt record: #{path} at byte offset #{offset}" }
+        report.torn.each do |path, offset, bytes|
+          @out.puts "torn tail: #{path} at byte offset #{offset} (#{bytes} bytes; cut when the log is next opened)"
+        end
+        @out.puts "#{report.segments} segments, #{report.records} good records, #{report.corrupt.size} corrupt"
+        report.ok? ? 0 : 1
+      end
+    end
+    register "check", Check, "check DIR                          verify every record of a log; exit 1 if any is corrupt"
+  end
+end

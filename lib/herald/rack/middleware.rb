@@ -1,0 +1,103 @@
+# frozen_string_literal: true
+
+module Herald
+  module Rack
+    # Serves `{base_route}message-bus/...`, speaking the message_bus protocol (see PROTOCOL.md in the team's
+    # shared pages; the checklist is its section 1.12) so message_bus's own JS and Ruby clients work as is:
+    #
+    #   POST|OPTIONS {base}message-bus/{client_id}[/poll]   long poll, chunked stream or immediate reply
+    #   GET          {base}message-bus/{client_id}/sse?/chat=5&/news=
+    #                Server-Sent Events (text/event-stream); each event's `id:` is the global id, and a
+    #                reconnecting EventSource's Last-Event-ID resumes after it on every listed channel.
+    #
+    # `Accept: application/vnd.msgpack` gets MessagePack instead of JSON: a reply is one array of maps with the
+    # same keys; a stream is a sequence of such arrays (feed it to a streaming unpacker).
+    #
+    # The client id is a bearer token: anyone who knows it gets the messages published with `client_ids:`
+    # naming it. Use user_ids/group_ids with the lookups for real access control.
+    #
+    #   use Herald::Rack::Middleware, bus: Herald.bus, user_id_lookup: ->(env) { env["warden"].user&.id }
+    class Middleware
+      JSON_TYPE = "application/json; charset=utf-8"
+      CHUNKED_TYPE = "text/plain; charset=utf-8"
+      SSE_TYPE = "text/event-stream"
+      MSGPACK_TYPE = "application/vnd.msgpack"
+      DEFAULTS = {
+        base_route: "/",
+        long_polling_interval: 25, # seconds a poll or stream is held (message_bus: 25 000 ms)
+        long_polling_enabled: true,
+        chunked_encoding_enabled: true,
+        max_active_clients: 1000, # parked clients per process; over it: the backlog at once, or 429
+        retry_after: 15, # seconds, for the 429 (the JS client waits max(15, Retry-After))
+        max_body_bytes: 64 * 1024, # 413 over it
+        max_channels: 100, # per poll; 400 over it
+        write_timeout: 10, # seconds a parked client may refuse bytes before it is dropped
+        max_buffer: 4 * 1024 * 1024, # bytes queued for one slow client before it is dropped (mostly shared, not copied)
+        user_id_lookup: nil, group_ids_lookup: nil, site_id_lookup: nil, is_admin_lookup: nil,
+        extra_response_headers_lookup: nil, client_message_filters: [], on_error: nil
+      }.freeze
+
+      attr_reader :bus, :options
+
+      def initialize(app, bus: nil, **options)
+        unknown = options.keys - DEFAULTS.keys
+        raise ArgumentError, "Unknown option #{unknown.first.inspect}, expected one of #{DEFAULTS.keys.inspect}" if unknown.any?
+        @app = app
+        @bus = bus || Herald.bus
+        @options = DEFAULTS.merge(options)
+        @prefix = "#{normalize_base(@options[:base_route])}message-bus/"
+        @wire = Wire.new
+        @filters = @options[:client_message_filters].to_a.freeze
+        @on_error = @options[:on_error] || ->(e) { warn "[herald] http transport: #{e.class}: #{e.message}" }
+        @lock = Mutex.new
+        @reactor = nil
+        @pid = nil
+      end
+
+      def call(env)
+        path = env["PATH_INFO"].to_s
+        return @app.call(env) unless path.start_with?(@prefix)
+        client_id, action = path.byteslice(@prefix.bytesize, path.bytesize).split("/", 3)
+        return [404, {}, ["not found"]] if client_id.nil? || client_id.empty?
+        skip_session(env)
+        Responder.new(self, env, client_id, action).call
+      rescue RequestError => e
+        [e.status, {"content-type" => "text/plain; charset=utf-8", "content-length" => (e.message.bytesize + 1).to_s}, ["#{e.message}\n"]]
+      end
+
+      # The event loop of this process; a forked worker builds its own.
+      def reactor
+        return @reactor if @pid == Process.pid && @reactor
+        @lock.synchronize do
+          return @reactor if @pid == Process.pid && @reactor
+          @reactor = Reactor.new(bus: @bus, wire: @wire, filters: @filters, write_timeout: @options[:write_timeout], on_error: @on_error)
+          @pid = Process.pid
+          @reactor
+        end
+      end
+
+      def active_clients = (@pid == Process.pid && @reactor) ? @reactor.size : 0
+
+      # Ends every parked client (each gets its final `[]`), then stops the event loop.
+      def close
+        @reactor&.close if @pid == Process.pid
+        @reactor = nil
+      end
+
+      attr_reader :wire, :filters, :on_error
+
+      private
+
+      def normalize_base(base)
+        base = "/#{base}" unless base.start_with?("/")
+        base.end_with?("/") ? base : "#{base}/"
+      end
+
+      def skip_session(env)
+        (env["rack.session.options"] ||= {})[:skip] = true
+      rescue
+        nil
+      end
+    end
+  end
+end

@@ -1,0 +1,119 @@
+# frozen_string_literal: true
+
+require "json"
+
+module Herald
+  module Rack
+    # What one poll asks for: channel => last id (nil = "from now"), and the client's `__seq`.
+    # Parsed from a form or JSON body (PROTOCOL.md 1.2), from `env["message_bus.channels"]` set by an
+    # upstream middleware, or from the query string (SSE). Everything a client sends is checked here, so
+    # bad input becomes a Herald::RequestError with a 4xx status and a short message, never a 500.
+    class PollRequest
+      INT64 = (-(2**63))..(2**63 - 1)
+      MAX_CHANNEL_BYTES = 256
+      INTEGER = /\A-?\d{1,19}\z/
+
+      attr_reader :channels, :seq
+
+      def initialize(channels, seq)
+        @channels = channels
+        @seq = seq
+      end
+
+      def self.from_env(env, max_body_bytes:, max_channels:)
+        if (forced = env["message_bus.channels"])
+          return build(forced, max_channels).tap { |r| r.instance_variable_set(:@seq, env["message_bus.seq"].to_i) }
+        end
+        build(read_pairs(env, max_body_bytes), max_channels)
+      end
+
+      # SSE: channels ride in the query string (EventSource can only GET), as `?/chat=5&/news=`.
+      def self.from_query(query, max_channels:)
+        raise RequestError.new("query string too long", status: 414) if query.bytesize > 16_384
+        build(decode_form(query), max_channels)
+      end
+
+      def self.read_pairs(env, max_body_bytes)
+        body = read_body(env, max_body_bytes)
+        return {} if body.empty?
+        type = env["CONTENT_TYPE"].to_s.downcase
+        if type.include?("application/json")
+          parse_json(body)
+        elsif type.empty? || type.start_with?("application/x-www-form-urlencoded")
+          decode_form(body)
+        else
+          raise RequestError.new("unsupported content type; send application/x-www-form-urlencoded or application/json", status: 415)
+        end
+      end
+
+      def self.read_body(env, max)
+        length = env["CONTENT_LENGTH"]
+        raise RequestError.new("request body too large (max #{max} bytes)", status: 413) if length && length.to_i > max
+        input = env["rack.input"] or return ""
+        body = input.read(max + 1) || +""
+        raise RequestError.new("request body too large (max #{max} bytes)", status: 413) if body.bytesize > max
+        body.force_encoding(Encoding::UTF_8)
+      end
+
+      def self.parse_json(body)
+        raise RequestError, "request body is not valid UTF-8" unless body.valid_encoding?
+        pairs = JSON.parse(body, max_nesting: 2)
+        raise RequestError, "JSON body must be an object of channel => last id" unless pairs.is_a?(Hash)
+        pairs
+      rescue JSON::ParserError
+        raise RequestError, "malformed JSON body"
+      end
+
+      # application/x-www-form-urlencoded, strictly: a bad %-escape or bytes that are not UTF-8 are refused
+      # (URI.decode_www_form would silently replace them).
+      def self.decode_form(body)
+        raise RequestError, "malformed form body" if body.match?(/%(?![0-9A-Fa-f]{2})/)
+        body.split("&").each_with_object({}) do |pair, pairs|
+          next if pair.empty?
+          key, value = pair.split("=", 2)
+          pairs[unescape(key)] = unescape(value.to_s)
+        end
+      end
+
+      def self.unescape(text)
+        text = text.b.tr("+", " ").gsub(/%(\h\h)/) { Regexp.last_match(1).hex.chr } if text.include?("%") || text.include?("+")
+        text = text.dup.force_encoding(Encoding::UTF_8)
+        raise RequestError, "request is not valid UTF-8" unless text.valid_encoding?
+        text
+      end
+
+      def self.build(pairs, max_channels)
+        seq = 0
+        channels = {}
+        pairs.each do |key, value|
+          if key == "__seq"
+            seq = integer(value, "__seq") || 0
+          else
+            channels[channel!(key)] = integer(value, key)
+          end
+        end
+        raise RequestError, "too many channels in one poll (max #{max_channels})" if channels.size > max_channels
+        new(channels, seq)
+      end
+
+      def self.channel!(key)
+        unless key.is_a?(String) && key.start_with?("/") && key.bytesize <= MAX_CHANNEL_BYTES && key.valid_encoding?
+          raise RequestError, "channel names are UTF-8 strings starting with / (max #{MAX_CHANNEL_BYTES} bytes)"
+        end
+        raise RequestError, "channel names must not contain #{Store::SITE_SEPARATOR}" if key.include?(Store::SITE_SEPARATOR)
+        key
+      end
+
+      # nil or "" => nil ("from now"); integers and integer strings within 64 bits; anything else is refused.
+      def self.integer(value, name)
+        id = case value
+        when nil, "" then return nil
+        when Integer then value
+        when String then value.match?(INTEGER) ? Integer(value, 10) : nil
+        end
+        return id if id && INT64.cover?(id)
+        raise RequestError, "last id for #{name.to_s[0, 64]} must be an integer"
+      end
+    end
+  end
+end

@@ -1,0 +1,272 @@
+# frozen_string_literal: true
+
+require "nio"
+
+module Herald
+  module Rack
+    # The one event loop thread that holds every parked client of a process (NIO::Selector: epoll/kqueue).
+    #
+    # Inputs arrive on a queue: connections parked by request threads, clients gone, and the messages of one
+    # bus subscription (all channels) that this loop fans out. Per message it looks up the readers of the
+    # message's channel key, checks each reader's position and permissions, and writes the message's cached
+    # bytes; nothing here blocks (SocketConnection buffers, QueueConnection queues). Timers (long-poll
+    # deadlines) are a list sorted by deadline. An error with one client drops that client, never the loop.
+    class Reactor
+      TICK = 0.25 # longest select: how often deadlines and stalled writers are checked at the latest
+
+      def initialize(bus:, wire:, filters:, write_timeout:, on_error:)
+        @bus = bus
+        @wire = wire
+        @filters = filters
+        @write_timeout = write_timeout
+        @on_error = on_error
+        @selector = NIO::Selector.new
+        @inbox = Thread::Queue.new
+        @clients = {} # client id => Connection
+        @index = {} # channel key (Client.key) => {Connection => true}
+        @timers = [] # Connections by deadline, oldest first
+        @writing = {}.compare_by_identity # SocketConnections with bytes the kernel has not taken yet
+        @cursor = bus.store.last_global_id # the last global id fanned out
+        @closed = false
+        @subscription = bus.subscribe { |msg| push(msg) }
+        @thread = Thread.new { run }
+        @thread.name = "herald-reactor" if @thread.respond_to?(:name=)
+      end
+
+      # Parked clients, for max_active_clients.
+      def size = @clients.size
+
+      def alive? = @thread.alive?
+
+      # From a request thread: hold `conn` until its deadline. `msgs`/`status` are its backlog; `snapshot`
+      # is the store's last global id before that backlog was read (to catch up on a race, see #admit).
+      def park(conn, msgs, status, snapshot)
+        push([:park, conn, msgs, status, snapshot])
+      end
+
+      def gone(conn) = push([:gone, conn])
+
+      def close
+        return if @closed
+        @closed = true
+        @subscription.unsubscribe
+        @selector.wakeup
+        @thread.join(5)
+      end
+
+      private
+
+      def push(item)
+        @inbox << item
+        @selector.wakeup
+      rescue IOError, ClosedQueueError
+        nil
+      end
+
+      def run
+        until @closed
+          @selector.select(select_timeout) { |monitor| io_ready(monitor) }
+          drain
+          expire
+          sweep_stalled unless @writing.empty?
+        end
+      rescue => e
+        report(e)
+        retry unless @closed
+      ensure
+        shutdown if @closed
+      end
+
+      def select_timeout
+        first = @timers.first or return TICK
+        (first.deadline - now).clamp(0, TICK)
+      end
+
+      def io_ready(monitor)
+        conn = monitor.value
+        if monitor.writable? && conn.flush
+          @writing.delete(conn)
+          monitor.interests = :r unless conn.closed?
+        end
+        conn.on_readable if monitor.readable? && !conn.closed?
+        settle(conn)
+      rescue => e
+        fail_connection(conn, e)
+      end
+
+      def drain
+        batch = nil
+        until @inbox.empty?
+          item = @inbox.pop
+          if item.is_a?(Message)
+            (batch ||= []) << item
+            next
+          end
+          fan_out(batch) if batch
+          batch = nil
+          (item[0] == :park) ? admit(*item.drop(1)) : settle(item[1], gone: true)
+        end
+        fan_out(batch) if batch
+      end
+
+      # A new parked client. Superseding (PROTOCOL.md 1.6): the connection with the greater __seq stays;
+      # on a tie the new one wins. Then catch up if messages were fanned out between its backlog read
+      # and now: they would otherwise never reach it.
+      def admit(conn, msgs, status, snapshot)
+        if (old = @clients[conn.client.id])
+          if old.client.seq > conn.client.seq
+            return begin_connection(conn, msgs, status) && end_connection(conn)
+          end
+          end_connection(old)
+        end
+        return unless begin_connection(conn, msgs, status)
+        @clients[conn.client.id] = conn
+        conn.client.keys.each { |key| (@index[key] ||= {}.compare_by_identity)[conn] = true }
+        insert_timer(conn)
+        catch_up(conn) if @cursor > snapshot
+      rescue => e
+        fail_connection(conn, e)
+      end
+
+      def begin_connection(conn, msgs, status)
+        if conn.is_a?(SocketConnection)
+          conn.monitor = @selector.register(conn.io, :r)
+          conn.monitor.value = conn
+          conn.on_want_write { |c| want_write(c) }
+        end
+        conn.start(msgs, status)
+        !conn.closed?
+      end
+
+      def want_write(conn)
+        @writing[conn] = true
+        conn.monitor.interests = :rw unless conn.closed?
+      end
+
+      def catch_up(conn)
+        client = conn.client
+        found = []
+        client.positions.each do |channel, position|
+          @bus.backlog(channel, position, site_id: client.site_id).each do |msg|
+            client.positions[channel] = msg.message_id
+            found << msg if client.allowed?(msg, @filters)
+          end
+        end
+        deliver(conn, found) unless found.empty?
+      end
+
+      def fan_out(batch)
+        polls = nil
+        batch.each do |msg|
+          @cursor = msg.global_id if msg.global_id > @cursor
+          readers = @index[Client.key(msg.channel, msg.site_id)] or next
+          readers.each_key do |conn|
+            next unless take?(conn, msg)
+            if conn.streaming?
+              deliver(conn, [msg])
+            else
+              ((polls ||= {}.compare_by_identity)[conn] ||= []) << msg
+            end
+          end
+        end
+        polls&.each { |conn, msgs| deliver(conn, msgs) }
+      end
+
+      # Moves the client's position past msg; true when the client may see it. A failing client message
+      # filter drops that one client and never stops the fan-out.
+      def take?(conn, msg)
+        positions = conn.client.positions
+        return false if msg.message_id <= (positions[msg.channel] || 0)
+        positions[msg.channel] = msg.message_id
+        conn.client.allowed?(msg, @filters)
+      rescue => e
+        fail_connection(conn, e)
+        false
+      end
+
+      def deliver(conn, msgs)
+        conn.deliver(msgs)
+        remove(conn) unless conn.streaming?
+        settle(conn)
+      rescue => e
+        fail_connection(conn, e)
+      end
+
+      def expire
+        time = now
+        while (conn = @timers.first) && conn.deadline <= time
+          @timers.shift
+          end_connection(conn) unless conn.closed?
+        end
+      end
+
+      def end_connection(conn)
+        remove(conn)
+        conn.finish
+        settle(conn)
+      rescue => e
+        fail_connection(conn, e)
+      end
+
+      def sweep_stalled
+        time = now
+        @writing.each_key do |conn|
+          next unless conn.closed? || time - conn.stalled_since > @write_timeout
+          conn.drop
+        end
+        @writing.delete_if { |conn, _| conn.closed? && remove(conn) }
+      end
+
+      # Forget a connection that is closed (or that the app server says is gone).
+      def settle(conn, gone: false)
+        conn.drop if gone
+        return unless conn.closed?
+        @writing.delete(conn)
+        remove(conn)
+      end
+
+      def remove(conn)
+        client = conn.client
+        @clients.delete(client.id) if @clients[client.id].equal?(conn)
+        client.keys.each do |key|
+          readers = @index[key] or next
+          readers.delete(conn)
+          @index.delete(key) if readers.empty?
+        end
+        true
+      end
+
+      def insert_timer(conn)
+        deadline = conn.deadline
+        at = (@timers.last.nil? || @timers.last.deadline <= deadline) ? @timers.size : @timers.bsearch_index { |c| c.deadline > deadline }
+        @timers.insert(at, conn)
+      end
+
+      def fail_connection(conn, error)
+        report(error)
+        conn.drop
+        settle(conn)
+      rescue
+        nil
+      end
+
+      def report(error)
+        @on_error&.call(error)
+      rescue
+        nil
+      end
+
+      def shutdown
+        @clients.values.each { |conn| end_connection(conn) }
+        deadline = now + 1
+        until @writing.empty? || now > deadline
+          @selector.select(0.05) { |monitor| io_ready(monitor) }
+        end
+        @writing.each_key(&:drop)
+        @selector.close
+      end
+
+      def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+  end
+end

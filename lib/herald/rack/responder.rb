@@ -1,0 +1,192 @@
+# frozen_string_literal: true
+
+module Herald
+  module Rack
+    # Answers one request under `message-bus/`: parses it, reads the backlog with message_bus's five
+    # last-id cases (PROTOCOL.md 1.2), then replies now or parks the client on the event loop
+    # (the decision tree of PROTOCOL.md 1.3).
+    class Responder
+      CLIENT_ID = /\A[A-Za-z0-9_.~-]{1,128}\z/
+      HEADER_SAFE = /\A[^\r\n\0]*\z/
+
+      def initialize(middleware, env, client_id, action)
+        @mw = middleware
+        @options = middleware.options
+        @env = env
+        @client_id = client_id
+        @action = action
+      end
+
+      def call
+        raise RequestError, "client id must be 1-128 characters of A-Z a-z 0-9 _ . ~ -" unless @client_id.match?(CLIENT_ID)
+        return [200, headers(Middleware::JSON_TYPE), ["OK"]] if @env["REQUEST_METHOD"] == "OPTIONS"
+        sse = @action == "sse"
+        request = if sse
+          PollRequest.from_query(@env["QUERY_STRING"].to_s, max_channels: @options[:max_channels])
+        else
+          PollRequest.from_env(@env, max_body_bytes: @options[:max_body_bytes], max_channels: @options[:max_channels])
+        end
+        client = build_client(request)
+        snapshot = @mw.bus.store.last_global_id
+        msgs, status = sse ? sse_backlog(client, request) : backlog(client, request)
+        respond(client, msgs, status, snapshot, sse)
+      end
+
+      private
+
+      def respond(client, msgs, status, snapshot, sse)
+        ready = !msgs.empty? || status
+        return park(client, :sse, msgs, status, snapshot) if sse && room?
+        return too_many if sse
+        return reply(msgs, status) if ready && !chunked?
+        return reply(msgs, status) unless long_polling?
+        return (ready ? reply(msgs, status) : too_many) unless room?
+        park(client, chunked? ? :chunked : :poll, msgs, status, snapshot)
+      end
+
+      def build_client(request)
+        site_id = lookup(:site_id_lookup)
+        group_ids = lookup(:group_ids_lookup)
+        Client.new(id: @client_id, user_id: lookup(:user_id_lookup), group_ids: group_ids && Array(group_ids),
+          site_id: site_id, seq: request.seq, positions: {})
+      end
+
+      def lookup(name)
+        fn = @options[name] or return nil
+        fn.call(@env)
+      end
+
+      # The table of PROTOCOL.md 1.2, per channel. Sets the client's positions; returns [messages, status].
+      def backlog(client, request)
+        bus = @mw.bus
+        last_ids = bus.last_ids(*request.channels.keys, site_id: client.site_id)
+        msgs = []
+        status = nil
+        request.channels.each do |channel, asked|
+          last = last_ids[channel] || 0
+          client.positions[channel] = last
+          next if asked.nil? || asked == last
+          if asked == -1 || asked > last
+            (status ||= {})[channel] = last
+            next
+          end
+          from = (asked < -1) ? [last + asked + 1, 0].max : asked
+          found = bus.backlog(channel, from, site_id: client.site_id)
+          status = take(client, channel, found, msgs, status)
+        end
+        [msgs, status]
+      end
+
+      # Adds the messages the client may see; a withheld one puts the channel's position in the status,
+      # so the client jumps past what it will never receive (PROTOCOL.md 1.7 c).
+      def take(client, channel, found, msgs, status)
+        withheld = false
+        position = client.positions[channel]
+        found.each do |msg|
+          position = msg.message_id if msg.message_id > position
+          client.allowed?(msg, @mw.filters) ? msgs << msg : withheld = true
+        end
+        client.positions[channel] = position
+        (status ||= {})[channel] = position if withheld
+        status
+      end
+
+      # SSE: the query gives channel => last id as a poll does; a reconnecting EventSource's Last-Event-ID
+      # (a global id) replaces them: every message after it on the listed channels, in global order.
+      def sse_backlog(client, request)
+        header = @env["HTTP_LAST_EVENT_ID"]
+        return backlog(client, request) if header.nil? || header.empty?
+        after = PollRequest.integer(header, "Last-Event-ID")
+        raise RequestError, "Last-Event-ID must be a global id >= 0" if after.nil? || after < 0
+        msgs = []
+        status = nil
+        last_ids = @mw.bus.last_ids(*request.channels.keys, site_id: client.site_id)
+        request.channels.each_key do |channel|
+          client.positions[channel] = last_ids[channel] || 0
+          found = @mw.bus.backlog(channel, 0, site_id: client.site_id).select { |m| m.global_id > after }
+          status = take(client, channel, found, msgs, status)
+        end
+        [msgs.sort_by!(&:global_id), status]
+      end
+
+      def reply(msgs, status)
+        if msgpack?
+          [200, headers(Middleware::MSGPACK_TYPE), [@mw.wire.msgpack_array(msgs, status)]]
+        else
+          [200, headers(Middleware::JSON_TYPE), [@mw.wire.json_array(msgs, status)]]
+        end
+      end
+
+      def too_many
+        [429, headers("text/plain; charset=utf-8").merge("retry-after" => @options[:retry_after].to_s), ["too many clients, retry later\n"]]
+      end
+
+      def park(client, mode, msgs, status, snapshot)
+        reactor = @mw.reactor
+        common = {client: client, mode: mode, encoding: msgpack? ? :msgpack : :json, wire: @mw.wire}
+        if hijack?
+          io = @env["rack.hijack"].call
+          io = @env["rack.hijack_io"] unless io.respond_to?(:write_nonblock)
+          conn = SocketConnection.new(io: io, extra_headers: extra_header_lines, max_buffer: @options[:max_buffer], **common)
+          conn.deadline = deadline
+          reactor.park(conn, msgs, status, snapshot)
+          return [200, {}, []] # the server ignores the response after a full hijack
+        end
+        conn = QueueConnection.new(max_queue: 1000, on_gone: reactor.method(:gone), **common)
+        conn.deadline = deadline
+        reactor.park(conn, msgs, status, snapshot)
+        [200, stream_headers(mode), conn.rack_body(streaming: !Fiber.scheduler.nil?)]
+      end
+
+      def deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + @options[:long_polling_interval]
+
+      # Full hijack on a threaded server (Puma). Under a fiber scheduler (Falcon) a streaming body is as
+      # cheap and lets the server keep the connection.
+      def hijack? = @env["rack.hijack?"] && @env["rack.hijack"] && Fiber.scheduler.nil?
+
+      def stream_headers(mode)
+        return headers(Middleware::MSGPACK_TYPE) if msgpack?
+        case mode
+        when :poll then headers(Middleware::JSON_TYPE)
+        when :chunked then headers(Middleware::CHUNKED_TYPE).merge("x-content-type-options" => "nosniff")
+        else headers(Middleware::SSE_TYPE).merge("x-accel-buffering" => "no")
+        end
+      end
+
+      def room? = @mw.active_clients < @options[:max_active_clients]
+
+      def long_polling? = @options[:long_polling_enabled] && !@env["QUERY_STRING"].to_s.include?("dlp=t")
+
+      def chunked?
+        http11 = @env["SERVER_PROTOCOL"] == "HTTP/1.1" || @env["HTTP_VERSION"] == "HTTP/1.1"
+        http11 && !@env["HTTP_DONT_CHUNK"] && @options[:chunked_encoding_enabled]
+      end
+
+      def msgpack? = @env["HTTP_ACCEPT"].to_s.include?(Middleware::MSGPACK_TYPE)
+
+      def headers(type)
+        h = {"cache-control" => "must-revalidate, private, max-age=0", "content-type" => type,
+             "pragma" => "no-cache", "expires" => "0"}
+        extra_headers.each { |name, value| h[name] = value }
+        h
+      end
+
+      # The extra-headers hook, once per request; names lowercased (Rack 3), unsafe values dropped.
+      def extra_headers
+        @extra_headers ||= begin
+          found = lookup(:extra_response_headers_lookup) || {}
+          found.each_with_object({}) do |(name, value), out|
+            name = name.to_s.downcase
+            value = value.to_s
+            out[name] = value if name.match?(HEADER_SAFE) && value.match?(HEADER_SAFE) && !name.empty?
+          end
+        end
+      end
+
+      def extra_header_lines
+        return "" if extra_headers.empty?
+        extra_headers.map { |name, value| "#{name}: #{value}\r\n" }.join.b
+      end
+    end
+  end
+end

@@ -1,0 +1,135 @@
+# frozen_string_literal: true
+
+module Herald
+  module Rack
+    # A parked client on a fully hijacked socket (Puma): we write the HTTP response ourselves, with
+    # non-blocking writes. What the kernel does not take is kept in a bounded per-client buffer and flushed
+    # when the socket turns writable; a client whose buffer passes `max_buffer` bytes, or that has not taken
+    # a byte for `write_timeout` seconds, is dropped, so one stalled reader never slows the others.
+    class SocketConnection < Connection
+      attr_accessor :monitor
+      attr_reader :io, :stalled_since
+
+      def initialize(io:, extra_headers:, max_buffer:, **options)
+        super(**options)
+        @io = io
+        @extra_headers = extra_headers # preformatted "name: value\r\n" lines, or ""
+        @max_buffer = max_buffer
+        @pending = nil # Array of strings not yet taken by the kernel; nil when all was written
+        @pending_bytes = 0
+        @stalled_since = nil
+        @closing = false
+        @want_write = nil # set by the reactor: called when the socket must be watched for writability
+      end
+
+      def on_want_write(&block)
+        @want_write = block
+      end
+
+      def pending? = !@pending.nil?
+
+      # Bytes for the client; never blocks.
+      def write(bytes)
+        return if @closed
+        if @pending
+          @pending << bytes
+          @pending_bytes += bytes.bytesize
+          drop if @pending_bytes > @max_buffer
+          return
+        end
+        written = @io.write_nonblock(bytes, exception: false)
+        return if written == bytes.bytesize
+        rest = written.is_a?(Integer) ? bytes.byteslice(written, bytes.bytesize - written) : bytes
+        @pending = [rest]
+        @pending_bytes = rest.bytesize
+        @stalled_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        @want_write&.call(self)
+      rescue IOError, SystemCallError
+        drop
+      end
+
+      # The socket is writable: hand the kernel what it takes. Returns true when everything was written.
+      def flush
+        while (bytes = @pending&.first)
+          written = @io.write_nonblock(bytes, exception: false)
+          return false unless written.is_a?(Integer)
+          @stalled_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          @pending_bytes -= written
+          if written == bytes.bytesize
+            @pending.shift
+          else
+            @pending[0] = bytes.byteslice(written, bytes.bytesize - written)
+            return false
+          end
+        end
+        @pending = nil
+        @stalled_since = nil
+        drop if @closing
+        true
+      rescue IOError, SystemCallError
+        drop
+        true
+      end
+
+      # The client sent something after its request (nothing is expected) or hung up.
+      def on_readable
+        data = @io.read_nonblock(1024, exception: false)
+        drop if data.nil?
+      rescue IOError, SystemCallError
+        drop
+      end
+
+      # Closes at once, unsent bytes or not.
+      def drop
+        return if @closed
+        @closed = true
+        @pending = nil
+        @monitor&.close
+        @io.close
+      rescue IOError, SystemCallError
+        nil
+      end
+
+      private
+
+      # Closes once the last byte is out.
+      def finish_stream
+        write(Wire::TERMINATOR) if @mode == :chunked
+        @closing = true
+        drop unless @pending
+      end
+
+      def write_head
+        write(head(content_type, chunked: @mode == :chunked))
+      end
+
+      def reply(msgs, status = nil)
+        payload = encode(msgs, status)
+        write(head(content_type, length: payload.bytesize) << payload)
+        finish_stream
+      end
+
+      def empty_chunk = json? ? Wire::EMPTY_CHUNK : Wire.frame(Wire::MSGPACK_EMPTY_ARRAY)
+
+      def chunk_body(msgs, status)
+        json? ? Wire.frame(Wire.segment(encode(msgs, status))) : Wire.frame(encode(msgs, status))
+      end
+
+      def message_chunk(msg) = json? ? @wire.chunk(msg) : @wire.msgpack_chunk(msg)
+
+      # message_bus's hijacked reply (PROTOCOL.md 1.4, 1.5): its header order, `connection: close`.
+      def head(type, chunked: false, length: nil)
+        out = +"HTTP/1.1 200 OK\r\ncache-control: must-revalidate, private, max-age=0\r\npragma: no-cache\r\nexpires: 0\r\n"
+        out << @extra_headers << "connection: close\r\ncontent-type: " << type << "\r\n"
+        if chunked
+          out << "transfer-encoding: chunked\r\nx-content-type-options: nosniff\r\n"
+        elsif length
+          out << "content-length: " << length.to_s << "\r\n"
+        elsif @mode == :sse
+          out << "x-accel-buffering: no\r\n"
+        end
+        out << "\r\n"
+      end
+    end
+  end
+end

@@ -1,0 +1,143 @@
+# frozen_string_literal: true
+
+require "json"
+require "msgpack"
+
+module Herald
+  module Rack
+    # The bytes a message is sent as, built once per process per encoding and shared by every client
+    # (DESIGN.md section 5): the JSON object, its streaming chunk (HTTP-framed and not), its SSE event and
+    # its MessagePack map. Entries are kept in a two-generation cache keyed by global id, so a message read
+    # again from the store (a new Message object) still reuses its bytes.
+    #
+    # Thread safety: the cache is read and filled from Puma threads and the event loop at once without a
+    # lock. A race only builds the same frozen bytes twice; Hash operations themselves are atomic under the GVL.
+    class Wire
+      SEPARATOR = "\r\n|\r\n"
+      ESCAPED_SEPARATOR = "\r\n||\r\n"
+      CRLF = "\r\n"
+      TERMINATOR = "0\r\n\r\n"
+      STATUS_CHANNEL = "/__status"
+      MSGPACK_EMPTY_ARRAY = "\x90".b.freeze
+
+      Entry = Struct.new(:json, :segment, :chunk, :sse, :msgpack, :msgpack_chunk)
+
+      # A JSON array as one streaming segment: escaped, then followed by the separator (PROTOCOL.md 1.5).
+      def self.segment(json_array)
+        json_array = json_array.gsub(SEPARATOR, ESCAPED_SEPARATOR) if json_array.include?(SEPARATOR)
+        (json_array + SEPARATOR).freeze
+      end
+
+      # HTTP/1.1 chunked framing of one piece of body, for sockets we write ourselves (full hijack).
+      def self.frame(bytes) = "#{bytes.bytesize.to_s(16)}\r\n#{bytes}\r\n".b.freeze
+
+      EMPTY_SEGMENT = segment("[]")
+      EMPTY_CHUNK = frame(EMPTY_SEGMENT)
+
+      def initialize(capacity: 10_000)
+        @capacity = capacity
+        @young = {}
+        @old = {}
+      end
+
+      # `{"global_id":..,"message_id":..,"channel":..,"data":..}`: JSON data is spliced in as stored.
+      def json(msg)
+        e = entry(msg)
+        e.json || (e.json = build_json(msg))
+      end
+
+      # `[obj]\r\n|\r\n`: what a streaming body yields when the server does the HTTP chunking (Falcon).
+      def segment(msg)
+        e = entry(msg)
+        e.segment || (e.segment = Wire.segment("[#{json(msg)}]".b))
+      end
+
+      # The segment framed as one HTTP chunk, for hijacked sockets.
+      def chunk(msg)
+        e = entry(msg)
+        e.chunk || (e.chunk = Wire.frame(segment(msg)))
+      end
+
+      # One Server-Sent Event: `id:` is the global id, `data:` the same JSON object as the poll replies.
+      def sse(msg)
+        e = entry(msg)
+        e.sse || (e.sse = "id: #{msg.global_id}\ndata: #{json(msg)}\n\n".b.freeze)
+      end
+
+      # A MessagePack map with the same four keys; MessagePack data is spliced in as stored.
+      def msgpack(msg)
+        e = entry(msg)
+        e.msgpack || (e.msgpack = build_msgpack(msg))
+      end
+
+      # A one-element MessagePack array framed as one HTTP chunk (a client feeds a streaming unpacker).
+      def msgpack_chunk(msg, framed: true)
+        return "\x91".b + msgpack(msg) unless framed
+        e = entry(msg)
+        e.msgpack_chunk || (e.msgpack_chunk = Wire.frame("\x91".b + msgpack(msg)))
+      end
+
+      # The per-client `/__status` message (PROTOCOL.md 1.7); never cached, it differs per client.
+      def status_json(status)
+        %({"global_id":-1,"message_id":-1,"channel":"/__status","data":#{JSON.generate(status)}}).b
+      end
+
+      def status_msgpack(status)
+        MessagePack.pack("global_id" => -1, "message_id" => -1, "channel" => STATUS_CHANNEL, "data" => status)
+      end
+
+      # A whole reply body: a JSON array or a MessagePack array of messages, then the status if any.
+      def json_array(msgs, status = nil)
+        out = +"["
+        msgs.each_with_index do |m, i|
+          out << "," if i > 0
+          out << json(m)
+        end
+        if status
+          out << "," unless msgs.empty?
+          out << status_json(status)
+        end
+        out << "]"
+      end
+
+      def msgpack_array(msgs, status = nil)
+        count = msgs.size + (status ? 1 : 0)
+        out = MessagePack::Packer.new.write_array_header(count).to_s
+        msgs.each { |m| out << msgpack(m) }
+        out << status_msgpack(status) if status
+        out
+      end
+
+      private
+
+      def entry(msg)
+        key = msg.global_id
+        @young[key] || promote(key)
+      end
+
+      def promote(key)
+        e = @old.delete(key) || Entry.new
+        @young[key] = e
+        if @young.size > @capacity
+          @old = @young
+          @young = {}
+        end
+        e
+      end
+
+      def build_json(msg)
+        data = msg.codec.equal?(Codec::Json) ? msg.payload : JSON.generate(msg.data)
+        head = %({"global_id":#{msg.global_id},"message_id":#{msg.message_id},"channel":)
+        (head.b << JSON.generate(msg.channel).b << ',"data":' << data.b << "}").freeze
+      end
+
+      def build_msgpack(msg)
+        packer = MessagePack::Packer.new
+        packer.write_map_header(4).write("global_id").write(msg.global_id).write("message_id")
+          .write(msg.message_id).write("channel").write(msg.channel).write("data")
+        data = msg.codec.equal?(Codec::Msgpack) ? msg.payload : MessagePack.pack(msg.data)
+        (packer.to_s.b << data.b).freeze
+      end
+    end
+  end
+end

@@ -1,0 +1,103 @@
+# frozen_string_literal: true
+
+require "puma"
+require "puma/server"
+require "puma/log_writer"
+require_relative "../herald"
+require_relative "server/demo_app"
+
+module Herald
+  # `herald server`: Puma in this process, Herald::Rack::Middleware in front of the demo page, and the
+  # embedded log store. Parked long-polls are handed off by the middleware (rack.hijack), so a few Puma
+  # threads serve any number of waiting browsers; threads only run the short requests.
+  #
+  #   server = Herald::Server.new(port: 0, dir: "tmp/herald", user_id_lookup: ->(env) { ... })
+  #   server.start          # listening; server.port tells the port when 0 was asked
+  #   server.wait           # until SIGTERM / SIGINT (or #stop from another thread)
+  class Server
+    DEFAULT_HOST = "127.0.0.1"
+    DEFAULT_PORT = 9292
+    DEFAULT_DIR = "herald-data"
+    DEFAULT_THREADS = 5 # Puma's default; poll replies are short and CPU-bound, 2 cores
+
+    attr_reader :bus, :host
+
+    # `app:` (a callable (demo_app, bus) => Rack app) wraps the demo app, e.g. with an app's own routes.
+    # Keyword options other than those below go to Herald::Rack::Middleware (user_id_lookup:,
+    # group_ids_lookup:, site_id_lookup:, ...), so an app can embed this server with its own lookups.
+    def initialize(host: DEFAULT_HOST, port: DEFAULT_PORT, dir: DEFAULT_DIR, store: nil, bus: nil,
+      threads: DEFAULT_THREADS, log: $stdout, app: nil, **middleware_options)
+      @host = host
+      @port = port
+      @threads = threads
+      @log = log
+      @bus = bus || Bus.new(store: store || Store::Log.new(dir: dir))
+      @owns_bus = bus.nil?
+      inner = DemoApp.new(bus: @bus)
+      inner = app.call(inner, @bus) if app
+      @middleware = Rack::Middleware.new(inner, bus: @bus, **middleware_options)
+      @stop = Queue.new
+    end
+
+    def app = @middleware
+
+    # One Puma configuration for `herald server` and for the peers it is measured against (bench/).
+    def self.build_puma(app, host:, port:, threads:)
+      puma = Puma::Server.new(app, nil,
+        min_threads: threads, max_threads: threads, log_writer: Puma::LogWriter.null,
+        environment: "production", queue_requests: true)
+      puma.add_tcp_listener(host, port, true, 1024)
+      puma
+    end
+
+    def start
+      @puma = listen
+      @port = @puma.connected_ports.first
+      @thread = @puma.run
+      @log&.puts "Herald listening on http://#{@host}:#{@port} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
+      @log&.flush
+      self
+    end
+
+    attr_reader :port
+
+    def url = "http://#{@host}:#{@port}"
+
+    # Blocks until SIGTERM/SIGINT or #stop, then shuts down: Puma finishes the requests in flight, the
+    # middleware closes its parked connections, the bus flushes and closes the store.
+    def wait
+      previous = %w[TERM INT].to_h { |sig| [sig, trap(sig) { @stop << sig }] }
+      signal = @stop.pop
+      @log&.puts "Herald stopping (#{signal})"
+      @log&.flush
+      shutdown
+    ensure
+      previous&.each { |sig, handler| trap(sig, handler || "DEFAULT") }
+    end
+
+    def stop = @stop << "stop"
+
+    def run
+      start
+      wait
+    end
+
+    private
+
+    def listen
+      Server.build_puma(@middleware, host: @host, port: @port, threads: @threads)
+    rescue Errno::EADDRINUSE
+      shutdown
+      raise ConfigurationError, "cannot listen on #{@host}: port #{@port} is in use; stop the other server or pass --port"
+    rescue Errno::EACCES, Errno::EADDRNOTAVAIL => e
+      shutdown
+      raise ConfigurationError, "cannot listen on #{@host} port #{@port} (#{e.message}); pass another --host or --port"
+    end
+
+    def shutdown
+      @puma&.stop(true)
+      @middleware.close if @middleware.respond_to?(:close)
+      @bus.close if @owns_bus
+    end
+  end
+end

@@ -1,0 +1,197 @@
+# frozen_string_literal: true
+
+module Herald
+  module Store
+    # The embedded, durable store: an append-only log of segment files in one directory, shared by every
+    # process that opens it (DESIGN.md section 4). Each process keeps what is retained in memory (the
+    # Index), reads records other processes append (woken by Wakeup), and writes under an flock so ids
+    # are assigned in commit order across processes.
+    #
+    #   Herald::Store::Log.new(dir: "tmp/herald", fsync: :interval) # or :always, :never
+    #
+    # Ids and crashes: a record is written whole to the OS before append returns, so a killed process
+    # loses nothing it returned. A record torn by a crash was never returned nor read by anyone (readers
+    # stop at a partial or damaged tail), so recovery cuts it and its ids are free to be assigned again;
+    # every id ever returned or read stays taken. Old segments are deleted only after a STATE file saved
+    # the last ids, so deleting records never lowers them. (Power loss in :interval or :never mode may
+    # lose the last unsynced records, and their ids, as the mode says.)
+    class Log
+      include Recovery
+      include GroupCommit
+
+      DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+
+      attr_reader :dir, :fsync, :corrupt_records
+
+      def initialize(dir:, fsync: :interval, segment_bytes: DEFAULT_SEGMENT_BYTES,
+        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE)
+        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        raise ArgumentError, "Unknown fsync mode #{fsync.inspect}, expected one of #{Syncer::MODES.inspect}" unless Syncer::MODES.include?(fsync)
+        raise ArgumentError, "segment_bytes must be a positive Integer, got #{segment_bytes.inspect}" unless segment_bytes.is_a?(Integer) && segment_bytes > 0
+        @dir = dir.to_s
+        @fsync = fsync
+        @segment_bytes = segment_bytes
+        @max_backlog_size = max_backlog_size
+        @max_backlog_age = max_backlog_age
+        @corrupt_records = []
+        open
+      end
+
+      attr_reader :epoch
+
+      def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
+        site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
+        Store.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
+        reopen if @pid != Process.pid
+        if @fsync == :always
+          return commit_durably([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
+            max_backlog_size, max_backlog_age])
+        end
+        msg = @lock.synchronize do
+          writable!
+          locked do
+            prepare_append
+            key = site_id ? Store.channel_key(channel, site_id) : channel
+            ch = @index.channel(key)
+            retention = (max_backlog_size || max_backlog_age) ? [max_backlog_size || ch.max_size, max_backlog_age || ch.max_age] : carried(ch)
+            m = stage(@buffer, ch, 0, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
+            storing { @segments.last.write(@buffer) }
+            @syncer.written
+            @index.add(m, key, retention)
+            @appended.broadcast
+            m
+          end
+        end
+        @wakeup.notify
+        msg
+      end
+
+      def last_id(channel, site_id: nil) = reading { @index.last_id(Store.channel_key(channel, site_id)) }
+
+      def last_ids(channels, site_id: nil)
+        reading { channels.to_h { |c| [c, @index.last_id(Store.channel_key(c, site_id))] } }
+      end
+
+      def last_global_id = reading { @index.last_global_id }
+
+      def backlog(channel, last_id = 0, site_id: nil) = reading { @index.backlog(Store.channel_key(channel, site_id), last_id) }
+
+      def global_backlog(last_id = 0, limit: nil) = reading { @index.global_backlog(last_id, limit) }
+
+      def wait(last_global_id, timeout:)
+        reopen if @pid != Process.pid
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+        @lock.synchronize do
+          loop do
+            raise ClosedError, "store is closed" if @closed
+            break if @index.last_global_id > last_global_id
+            left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+            break if left <= 0
+            @appended.wait(left)
+          end
+          @index.last_global_id
+        end
+      end
+
+      def load_cursor(name)
+        Integer(File.read(@directory.join("cursors", Directory.escape(name))), 10)
+      rescue Errno::ENOENT
+        0
+      end
+
+      def save_cursor(name, global_id)
+        writable!
+        storing { @directory.write_atomically(File.join("cursors", Directory.escape(name)), global_id.to_s) }
+      end
+
+      # An flock on leases/NAME: the kernel frees it when the owner's process dies.
+      def lease(name)
+        file = storing { File.new(@directory.join("leases", Directory.escape(name)), File::RDWR | File::CREAT, 0o644) }
+        return Lease.new { file.close } if file.flock(File::LOCK_EX | File::LOCK_NB)
+        file.close
+        nil
+      end
+
+      def close
+        @lock.synchronize do
+          return if @closed
+          @closed = true
+          @appended.broadcast
+        end
+        return if @pid != Process.pid # the parent's files and sockets are the parent's to close
+        @wakeup.close
+        @syncer.stop
+        final_sync
+        @segments.each(&:close)
+        @write_lock&.close
+      end
+
+      def closed? = @closed
+
+      private
+
+      def reading
+        reopen if @pid != Process.pid
+        @lock.synchronize { yield }
+      end
+
+      def locked
+        @write_lock.flock(File::LOCK_EX)
+        yield
+      ensure
+        @write_lock.flock(File::LOCK_UN)
+      end
+
+      def writable!
+        raise ClosedError, "store is closed" if @closed
+        @syncer.check!
+        return if @write_lock
+        raise ReadOnlyError, "#{@dir} is read-only for this process: stored messages can be read, but " \
+          "publishing needs a writable directory (check its permissions and mount options)"
+      end
+
+      # Catches up with other processes' appends (and cuts a dead writer's torn tail), then rolls to a
+      # new segment when the active one is full. Under the write lock.
+      def prepare_append
+        segment = @segments.last
+        catch_up(locked: true) if segment.unread? || segment.size >= @segment_bytes
+        roll if @segments.last.size >= @segment_bytes
+      end
+
+      # Encodes one record into `buffer` (cleared first) and returns its Message; `pending` records of the
+      # same channel are ahead of it in the batch being written.
+      def stage(buffer, ch, pending, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
+        channel = @names[channel] || intern(channel)
+        targets = [user_ids, group_ids, client_ids] if user_ids || group_ids || client_ids
+        at = created_at || Process.clock_gettime(Process::CLOCK_REALTIME)
+        gid = @index.last_global_id + 1 + @staged
+        mid = ch.last_id + 1 + pending
+        Record.encode(buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
+        Message.new(global_id: gid, message_id: mid, channel: channel, payload: payload, codec: codec,
+          created_at: at, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
+      end
+
+      # A channel's non-default retention goes into each of its records, so it survives the deletion of
+      # the segment holding the publish that set it.
+      def carried(ch)
+        [ch.max_size, ch.max_age] unless ch.max_size == @max_backlog_size && ch.max_age == @max_backlog_age
+      end
+
+      def intern(channel) = @names[channel] = -channel
+
+      # Turns the OS's refusals into errors that say what to do. A failed write leaves no half record.
+      def storing
+        yield
+      rescue Errno::ENOSPC, Errno::EDQUOT => e
+        raise StoreFullError, "no space left for the log in #{@dir} (#{e.message}): free disk space or lower " \
+          "max_backlog_size/max_backlog_age; stored messages stay readable"
+      rescue Errno::EFBIG => e
+        raise StoreFullError, "a log segment in #{@dir} hit the file-size limit (#{e.message}): raise `ulimit -f` " \
+          "or use a smaller segment_bytes; stored messages stay readable"
+      rescue Errno::EROFS, Errno::EACCES, Errno::EPERM => e
+        raise ReadOnlyError, "#{@dir} refuses writes (#{e.message}): make it writable (permissions, mount " \
+          "options); stored messages stay readable"
+      end
+    end
+  end
+end

@@ -1,0 +1,41 @@
+# frozen_string_literal: true
+
+module Herald
+  module Store
+    class Log
+      # Verifies every record of a log directory without changing anything (no recovery, no lock taken):
+      # what `herald check DIR` prints.
+      class Checker
+        Report = Struct.new(:segments, :records, :corrupt, :torn) do
+          def ok? = corrupt.empty?
+        end
+
+        def initialize(dir)
+          @dir = dir.to_s
+          raise ArgumentError, "#{@dir} is not a directory" unless File.directory?(@dir)
+        end
+
+        # corrupt: [[segment path, offset]] of records skipped for a bad CRC or broken frame;
+        # torn: [[segment path, offset, bytes]] of damage at a segment's end (cut on the next open).
+        def run
+          report = Report.new(0, 0, [], [])
+          segment_ids.each do |id|
+            segment = Segment.new(@dir, id, writable: false)
+            report.segments += 1
+            clean = segment.read_new(on_corrupt: ->(offset) { report.corrupt << [segment.path, offset] }) do
+              report.records += 1
+            end
+            report.torn << [segment.path, segment.size, segment.file_size - segment.size] unless clean
+          ensure
+            segment&.close
+          end
+          report
+        end
+
+        private
+
+        def segment_ids = Dir.children(@dir).filter_map { |f| Segment.first_id(f) }.sort
+      end
+    end
+  end
+end

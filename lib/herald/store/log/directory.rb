@@ -1,0 +1,84 @@
+# frozen_string_literal: true
+
+require "fileutils"
+require "json"
+
+module Herald
+  module Store
+    class Log
+      # The files of a log directory other than segments, and the one way they are written:
+      #   LOCK            flock'ed around every append and every recovery (one writer at a time, any process)
+      #   META            epoch and segment size, fixed when the directory is created
+      #   STATE           last ids and retention, saved before old segments are deleted (ids never go back)
+      #   cursors/NAME    saved positions of durable readers
+      #   leases/NAME     flock'ed by the owner of a lease; freed by the kernel when the owner dies
+      #   wakeup/*.sock   one datagram socket per open store, poked after every append
+      # Small files are replaced atomically: write a temp file, fsync, rename, fsync the directory.
+      class Directory
+        attr_reader :path, :writable
+
+        def initialize(path)
+          @path = File.expand_path(path)
+          @writable = prepare
+        end
+
+        def join(*parts) = File.join(@path, *parts)
+
+        def segment_ids
+          Dir.children(@path).filter_map { |f| Segment.first_id(f) }.sort
+        end
+
+        # The write lock's file, or nil for a directory this process may only read.
+        def open_lock
+          File.new(join("LOCK"), File::RDWR | File::CREAT, 0o644)
+        rescue Errno::EACCES, Errno::EROFS, Errno::EPERM
+          nil
+        end
+
+        def read_json(name)
+          JSON.parse(File.read(join(name)))
+        rescue Errno::ENOENT
+          nil
+        end
+
+        def write_atomically(name, content)
+          target = join(name)
+          tmp = "#{target}.#{Process.pid}.#{Thread.current.object_id}.tmp"
+          File.open(tmp, "wb") do |f|
+            f.write(content)
+            f.fsync
+          end
+          File.rename(tmp, target)
+          fsync_dir(File.dirname(target))
+        end
+
+        def fsync_dir(dir = @path)
+          File.open(dir, File::RDONLY) { |d| d.fsync }
+        end
+
+        def delete(file)
+          File.unlink(join(file))
+        rescue Errno::ENOENT
+          nil # another process deleted it first
+        end
+
+        # Cursor and lease names become file names: anything but [A-Za-z0-9_.-] is %-escaped.
+        def self.escape(name)
+          name.to_s.b.gsub(/[^A-Za-z0-9_.-]/n) { |c| format("%%%02X", c.ord) }
+        end
+
+        private
+
+        # Several processes open the same directory at once: mkdir_p tolerates the races.
+        def prepare
+          FileUtils.mkdir_p(@path)
+          %w[cursors leases wakeup].each { |d| FileUtils.mkdir_p(join(d)) }
+          File.writable?(@path)
+        rescue Errno::EACCES, Errno::EROFS, Errno::EPERM
+          raise unless File.directory?(@path)
+          false
+        end
+      end
+    end
+  end
+end

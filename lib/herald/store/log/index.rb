@@ -1,0 +1,134 @@
+# frozen_string_literal: true
+
+module Herald
+  module Store
+    class Log
+      # What one process knows of the log, in memory: every channel's last id, its retained messages
+      # (the backlog) and retention, the retained messages in global order, and how many retained
+      # messages each segment still holds (a segment with none left can be deleted).
+      # Not thread-safe: the store calls it under its lock.
+      class Index
+        Channel = Struct.new(:last_id, :messages, :max_size, :max_age)
+
+        attr_reader :last_global_id, :channels
+
+        def initialize(max_size:, max_age:)
+          @max_size = max_size
+          @max_age = max_age
+          @channels = {}
+          @global = [] # messages in global id order; dropped ones are compacted away in bulk
+          @retained = 0
+          @last_global_id = 0
+          @bases = [] # first global id of every segment, ascending
+          @live = Hash.new(0) # segment first id => retained messages in it
+        end
+
+        def add_segment(first_id)
+          @bases << first_id
+          @last_global_id = first_id - 1 if first_id - 1 > @last_global_id
+        end
+
+        def remove_segment(first_id)
+          @bases.delete(first_id)
+          @live.delete(first_id)
+        end
+
+        def live_in?(first_id) = @live[first_id] > 0
+
+        # Floors from a snapshot taken before old segments were deleted: ids never go back.
+        def restore(state)
+          @last_global_id = state.fetch("last_global_id", 0) if state.fetch("last_global_id", 0) > @last_global_id
+          state.fetch("channels", {}).each do |key, (last_id, max_size, max_age)|
+            ch = channel(key)
+            ch.last_id = last_id if last_id > ch.last_id
+            ch.max_size = max_size if max_size
+            ch.max_age = max_age if max_age
+          end
+        end
+
+        def snapshot
+          {"last_global_id" => @last_global_id,
+           "channels" => @channels.transform_values { |c| [c.last_id, c.max_size, c.max_age] }}
+        end
+
+        def channel(key) = @channels[key] ||= Channel.new(0, [], @max_size, @max_age)
+
+        def last_id(key) = @channels[key]&.last_id || 0
+
+        # A message read from (or just written to) the log, in global id order.
+        def add(msg, key, retention = nil)
+          ch = channel(key)
+          if retention
+            ch.max_size = retention[0] if retention[0]
+            ch.max_age = retention[1] if retention[1]
+          end
+          ch.last_id = msg.message_id if msg.message_id > ch.last_id
+          @last_global_id = msg.global_id if msg.global_id > @last_global_id
+          ch.messages << msg
+          @global << msg
+          @retained += 1
+          @live[segment_of(msg.global_id)] += 1
+          drop(ch.messages.shift) while ch.messages.size > ch.max_size
+        end
+
+        def backlog(key, last_id)
+          ch = @channels[key] or return []
+          expire(ch, now)
+          msgs = ch.messages
+          i = msgs.bsearch_index { |m| m.message_id > last_id } or return []
+          msgs[i, msgs.size - i]
+        end
+
+        def global_backlog(last_id, limit)
+          compact if @global.size > 2 * @retained + 64
+          i = @global.bsearch_index { |m| m.global_id > last_id } or return []
+          found = []
+          cutoff = now
+          while (m = @global[i]) && (limit.nil? || found.size < limit)
+            found << m if retained?(m, cutoff)
+            i += 1
+          end
+          found
+        end
+
+        # Drops every channel's messages older than its max age (the rest expire lazily on read).
+        def expire_all
+          cutoff = now
+          @channels.each_value { |ch| expire(ch, cutoff) }
+        end
+
+        private
+
+        def expire(ch, at)
+          oldest = at - ch.max_age
+          drop(ch.messages.shift) while (m = ch.messages.first) && m.created_at <= oldest
+        end
+
+        def drop(msg)
+          @retained -= 1
+          @live[segment_of(msg.global_id)] -= 1
+        end
+
+        def retained?(msg, at)
+          ch = @channels[Store.channel_key(msg.channel, msg.site_id)]
+          first = ch.messages.first
+          first && first.message_id <= msg.message_id && msg.created_at > at - ch.max_age
+        end
+
+        def compact
+          cutoff = now
+          @global.select! { |m| retained?(m, cutoff) }
+        end
+
+        def segment_of(global_id)
+          last = @bases.last
+          return last if last.nil? || global_id >= last # appends land in the newest segment
+          i = @bases.bsearch_index { |b| b > global_id } || @bases.size
+          @bases[i - 1]
+        end
+
+        def now = Process.clock_gettime(Process::CLOCK_REALTIME)
+      end
+    end
+  end
+end

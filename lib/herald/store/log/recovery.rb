@@ -1,0 +1,144 @@
+# frozen_string_literal: true
+
+module Herald
+  module Store
+    class Log
+      # Opening a log directory and keeping up with it: recovery on open, reading records other processes
+      # append, rolling to a new segment, deleting segments nothing is retained in.
+      module Recovery
+        private
+
+        def open
+          @pid = Process.pid
+          @lock = Monitor.new
+          @appended = @lock.new_cond
+          @closed = false
+          @names = {}
+          @buffer = String.new(capacity: 4096, encoding: Encoding::BINARY)
+          @index = Index.new(max_size: @max_backlog_size, max_age: @max_backlog_age)
+          @segments = []
+          @directory = Directory.new(@dir)
+          @write_lock = @directory.writable ? @directory.open_lock : nil
+          @write_lock ? locked { recover } : recover
+          @syncer = Syncer.new(@fsync) { @segments.last }
+          start_group_commit
+          @wakeup = Wakeup.new(@directory.join("wakeup")) { refresh }
+        end
+
+        # In a forked child: the parent's descriptors, lock and threads are not ours; start over.
+        def reopen
+          FORK_LOCK.synchronize { open if @pid != Process.pid }
+        end
+
+        def recover
+          load_meta
+          state = @directory.read_json("STATE")
+          @index.restore(state) if state
+          ids = @directory.segment_ids
+          ids.each_with_index do |id, i|
+            segment = add_segment(id)
+            next if read_segment(segment)
+            (i == ids.size - 1) ? cut_tail(segment) : corrupt(segment, segment.size)
+          end
+          add_segment(@index.last_global_id + 1, create: true) if @segments.empty? && @write_lock
+          @directory.fsync_dir if @write_lock
+        end
+
+        def load_meta
+          meta = @directory.read_json("META")
+          if meta.nil? && @write_lock
+            meta = {"format" => 1, "epoch" => Store.new_epoch, "segment_bytes" => @segment_bytes}
+            @directory.write_atomically("META", JSON.generate(meta))
+          end
+          @epoch = meta ? meta.fetch("epoch") : Store.new_epoch
+          @segment_bytes = meta.fetch("segment_bytes") if meta
+        end
+
+        def add_segment(first_id, create: false)
+          segment = Segment.new(@directory.path, first_id, writable: !@write_lock.nil?, create: create)
+          @segments << segment
+          @index.add_segment(first_id)
+          segment
+        end
+
+        # Indexes the records appended since the last read; false when damage (or a write in progress)
+        # sits at the end.
+        def read_segment(segment)
+          segment.read_new(on_corrupt: ->(offset) { corrupt(segment, offset) }) do |buffer, pos, length|
+            msg = Record.decode(buffer, pos, @names)
+            @index.add(msg, Store.channel_key(msg.channel, msg.site_id), Record.retention(buffer, pos))
+          end
+        end
+
+        # Reads what other processes appended. Under the write lock nobody is writing, so damage at the
+        # end is a dead writer's torn record: cut it before appending after it.
+        def catch_up(locked:)
+          before = @index.last_global_id
+          loop do
+            segment = @segments.last or break
+            unless read_segment(segment)
+              cut_tail(segment) if locked
+              break
+            end
+            break if segment.size < @segment_bytes
+            following = @directory.segment_ids.find { |id| id > segment.first_id } or break
+            add_segment(following)
+          end
+          @appended.broadcast if @index.last_global_id > before
+        end
+
+        # Called by the Wakeup listener when another process appended (or every poll interval).
+        def refresh
+          @lock.synchronize { catch_up(locked: false) unless @closed || @pid != Process.pid }
+        end
+
+        def cut_tail(segment)
+          return unless @write_lock
+          cut = segment.truncate_tail!
+          warn "[herald] #{segment.path}: cut #{cut} bytes of torn or damaged tail at offset #{segment.size}" if cut > 0
+        rescue SystemCallError => e
+          warn "[herald] #{segment.path}: could not cut the damaged tail (#{e.message})"
+        end
+
+        def corrupt(segment, offset)
+          error = CorruptRecordError.new(segment: segment.path, offset: offset)
+          @corrupt_records << error
+          warn "[herald] #{error.message}: skipped (run `herald check #{@dir}`)"
+        end
+
+        # The active segment is full: sync it, start the next one (named by the next global id), and
+        # delete old segments whose records are all gone from every backlog.
+        def roll
+          @syncer.sync_now(@segments.last) unless @fsync == :never
+          storing do
+            add_segment(@index.last_global_id + 1, create: true) # EXCL: catch_up found no newer segment
+            @directory.fsync_dir
+            retire
+          end
+        end
+
+        def retire
+          @index.expire_all
+          dead = @segments[0...-1].reject { |s| @index.live_in?(s.first_id) }
+          return if dead.empty?
+          @directory.write_atomically("STATE", JSON.generate(@index.snapshot))
+          dead.each do |segment|
+            segment.close
+            @directory.delete(File.basename(segment.path))
+            @segments.delete(segment)
+            @index.remove_segment(segment.first_id)
+          end
+          @directory.fsync_dir
+        end
+
+        def final_sync
+          @segments.last&.sync unless @fsync == :never || @write_lock.nil?
+        rescue SystemCallError, IOError
+          nil
+        end
+      end
+
+      FORK_LOCK = Mutex.new
+    end
+  end
+end

@@ -1,0 +1,86 @@
+# frozen_string_literal: true
+
+# A server for the browser tests and the HTTP benchmarks, with the same Puma settings as `herald server`
+# (Herald::Server.build_puma) and the same demo app, in front of either implementation:
+#
+#   ruby test/support/http_server.rb --impl herald|message_bus [--port 0] [--dir DIR] [--store log|memory]
+#     [--threads 5] [--user-cookie NAME] [--max-clients N]
+#
+# --user-cookie NAME makes the user id the value of cookie NAME: test-only wiring for targeted delivery
+# (a real app derives the user from its session). It prints "listening <port>" once it accepts connections
+# and stops on SIGTERM/SIGINT.
+$LOAD_PATH.unshift File.expand_path("../../lib", __dir__)
+require "optparse"
+require "logger"
+require "rack"
+require "herald"
+require "herald/server"
+
+options = {impl: "herald", port: 0, dir: nil, store: "log", threads: Herald::Server::DEFAULT_THREADS,
+           user_cookie: nil, max_clients: nil}
+OptionParser.new do |o|
+  o.on("--impl NAME") { |v| options[:impl] = v }
+  o.on("--port PORT", Integer) { |v| options[:port] = v }
+  o.on("--dir DIR") { |v| options[:dir] = v }
+  o.on("--store NAME") { |v| options[:store] = v }
+  o.on("--threads N", Integer) { |v| options[:threads] = v }
+  o.on("--user-cookie NAME") { |v| options[:user_cookie] = v }
+  o.on("--max-clients N", Integer) { |v| options[:max_clients] = v }
+end.parse!(ARGV)
+
+# POST /test/publish {"channel":..., "data":..., "user_ids":[...], "group_ids":[...]}: targeted publishing
+# for the tests, in front of the demo app. Test-only: `herald server` has no such route.
+class TestPublish
+  def initialize(app, bus)
+    @app = app
+    @bus = bus
+  end
+
+  def call(env)
+    return @app.call(env) unless env["PATH_INFO"] == "/test/publish" && env["REQUEST_METHOD"] == "POST"
+    body = JSON.parse(env["rack.input"].read)
+    targets = body.slice("user_ids", "group_ids", "client_ids").transform_keys(&:to_sym)
+    id = @bus.publish(body.fetch("channel"), body.fetch("data"), **targets)
+    [201, {"content-type" => "application/json"}, [JSON.generate("message_id" => id)]]
+  end
+end
+
+user_lookup = if (cookie = options[:user_cookie])
+  lambda do |env|
+    value = ::Rack::Utils.parse_cookies(env)[cookie]
+    value && Integer(value, exception: false)
+  end
+end
+
+case options[:impl]
+when "herald"
+  store = (options[:store] == "memory") ? Herald::Store::Memory.new : Herald::Store::Log.new(dir: options.fetch(:dir))
+  lookups = {user_id_lookup: user_lookup}.compact
+  lookups[:max_active_clients] = options[:max_clients] if options[:max_clients]
+  server = Herald::Server.new(host: "127.0.0.1", port: options[:port], store: store, threads: options[:threads],
+    log: nil, app: ->(app, bus) { TestPublish.new(app, bus) }, **lookups)
+  server.start
+  puts "listening #{server.port}"
+  $stdout.flush
+  server.wait
+when "message_bus"
+  require "message_bus"
+  bus = MessageBus::Instance.new
+  bus.configure(backend: :memory)
+  bus.user_id_lookup(&user_lookup) if user_lookup
+  bus.max_active_clients = options[:max_clients] if options[:max_clients]
+  bus.logger = Logger.new(nil)
+  app = MessageBus::Rack::Middleware.new(TestPublish.new(Herald::Server::DemoApp.new(bus: bus), bus),
+    message_bus: bus)
+  puma = Herald::Server.build_puma(app, host: "127.0.0.1", port: options[:port], threads: options[:threads])
+  puma.run
+  puts "listening #{puma.connected_ports.first}"
+  $stdout.flush
+  stop = Queue.new
+  %w[TERM INT].each { |sig| trap(sig) { stop << sig } }
+  stop.pop
+  puma.stop(true)
+  bus.destroy
+else
+  abort "unknown --impl #{options[:impl].inspect} (herald or message_bus)"
+end
