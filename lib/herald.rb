@@ -21,6 +21,7 @@ require_relative "herald/store/log/syncer"    # fsync policies, group commit
 require_relative "herald/store/log/wakeup"    # cross-process wakeups
 require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
 require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders
+require_relative "herald/store/log/cursors"   # cursors and leases of durable readers
 require_relative "herald/store/log/checker"   # verification for `herald check`
 require_relative "herald/store/log"
 require_relative "herald/store/packed"   # one binary string per message, for the networked stores

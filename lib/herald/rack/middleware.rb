@@ -93,10 +93,11 @@ module Herald
         base.end_with?("/") ? base : "#{base}/"
       end
 
+      # Polls never rewrite the session cookie (message_bus issue #257). A session middleware in front of us
+      # has put its options in the env already; without one there is nothing to skip.
       def skip_session(env)
-        (env["rack.session.options"] ||= {})[:skip] = true
-      rescue
-        nil
+        options = env["rack.session.options"]
+        options[:skip] = true if options.respond_to?(:[]=)
       end
     end
   end
