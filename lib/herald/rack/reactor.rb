@@ -216,8 +216,10 @@ module Herald
         time = now
         while (conn = @timers.first) && conn.deadline <= time
           @timers.shift
-          end_connection(conn) unless conn.closed?
+          end_connection(conn) if conn.indexed # answered, superseded or gone ones have nothing left to end
         end
+        # Answered polls wait here until their deadline; when they far outnumber parked clients, drop them.
+        @timers.select!(&:indexed) if @timers.size > 2 * @clients.size + 1024
       end
 
       def end_connection(conn)
