@@ -67,8 +67,8 @@ module Herald
 
       def process(batch)
         batch.each do |msg|
-          return if @stopper.stopped?
-          return if match?(msg) && !@delivery.deliver(msg) # a shutdown cut its retries short: not done
+          break if @stopper.stopped?
+          break if match?(msg) && !@delivery.deliver(msg) # a shutdown cut its retries short: not done
           @cursor = msg.global_id
         end
       end
