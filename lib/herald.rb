@@ -12,12 +12,14 @@ require_relative "herald/message"        # the immutable value every reader gets
 require_relative "herald/store"          # the store contract
 require_relative "herald/store/memory"   # reference store
 require_relative "herald/store/log/record"    # the embedded log: frame + record layout
+require_relative "herald/store/log/stored_message" # a message read from a record, sliced lazily
 require_relative "herald/store/log/segment"   # one append-only file
 require_relative "herald/store/log/index"     # what is retained, in memory
 require_relative "herald/store/log/directory" # lock, meta, state, cursors, leases
 require_relative "herald/store/log/syncer"    # fsync policies, group commit
 require_relative "herald/store/log/wakeup"    # cross-process wakeups
 require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
+require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders
 require_relative "herald/store/log/checker"   # verification for `herald check`
 require_relative "herald/store/log"
 require_relative "herald/subscription"

@@ -5,13 +5,13 @@ import { test, before, after } from "node:test";
 import assert from "node:assert/strict";
 import { mkdirSync } from "node:fs";
 import { join } from "node:path";
-import { startServer, launchBrowser, ROOT, IMPL, MISSING } from "./helpers.mjs";
+import { startServer, launchBrowser, ROOT, IMPL } from "./helpers.mjs";
 
 let server;
 let browser;
 
 before(async () => {
-  if (MISSING || IMPL !== "herald") return;
+  if (IMPL !== "herald") return;
   [server, browser] = await Promise.all([startServer({ real: true }), launchBrowser()]);
 });
 
@@ -22,7 +22,7 @@ after(async () => {
   assert.equal(exit?.code, 0, "herald server should exit cleanly on SIGTERM");
 });
 
-test("the demo page shows messages from the command line and from its form", { skip: MISSING || (IMPL !== "herald" && "needs herald server") }, async () => {
+test("the demo page shows messages from the command line and from its form", { skip: IMPL !== "herald" && "needs herald server (HERALD_TEST_IMPL)" }, async () => {
   const context = await browser.newContext({ viewport: { width: 900, height: 640 } });
   const page = await context.newPage();
   const firstPoll = page.waitForResponse((r) => r.url().includes("/message-bus/"));

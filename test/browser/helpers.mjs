@@ -1,7 +1,7 @@
 // Shared by the browser tests: start a server in a child process, drive Debian's Chromium with
 // playwright-core. HERALD_TEST_IMPL=message_bus runs the same tests against message_bus's middleware.
 import { spawn, execFile } from "node:child_process";
-import { mkdtempSync, rmSync, existsSync } from "node:fs";
+import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join, dirname } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -10,9 +10,6 @@ import { chromium } from "playwright-core";
 
 export const ROOT = join(dirname(fileURLToPath(import.meta.url)), "..", "..");
 export const IMPL = process.env.HERALD_TEST_IMPL || "herald";
-// Until the transport lands (issue 3 is built in parts), tests of a Herald server say so and skip.
-export const MISSING = IMPL === "herald" && !existsSync(join(ROOT, "lib/herald/rack/middleware.rb"))
-  ? "Herald::Rack::Middleware is not on this branch yet" : false;
 const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 
 // `real: true` runs the real `exe/herald server`; otherwise test/support/http_server.rb, which adds a

@@ -79,15 +79,24 @@ module Herald
     def stop = @puma.stop(true)
 
     # Sends a raw HTTP/1.1 request; returns the socket.
-    def request(body, client: "c1", path: nil, method: "POST", type: "application/json", headers: {}, version: "HTTP/1.1")
+    # rcvbuf: a small receive buffer, set before connecting (a stalled reader fills up sooner).
+    def request(body, client: "c1", path: nil, method: "POST", type: "application/json", headers: {}, version: "HTTP/1.1", rcvbuf: nil)
       body = JSON.generate(body) if body.is_a?(Hash)
       path ||= "/message-bus/#{client}/poll"
-      socket = TCPSocket.new("127.0.0.1", @port)
+      socket = connect(rcvbuf)
       head = "#{method} #{path} #{version}\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
       head << "Content-Type: #{type}\r\n" if type
       head << "Content-Length: #{body.bytesize}\r\n"
       headers.each { |k, v| head << "#{k}: #{v}\r\n" }
       socket.write(head << "\r\n" << body)
+      socket
+    end
+
+    def connect(rcvbuf)
+      return TCPSocket.new("127.0.0.1", @port) unless rcvbuf
+      socket = Socket.new(:INET, :STREAM)
+      socket.setsockopt(Socket::SOL_SOCKET, Socket::SO_RCVBUF, rcvbuf)
+      socket.connect(Socket.sockaddr_in(@port, "127.0.0.1"))
       socket
     end
 
@@ -100,7 +109,7 @@ module Herald
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       loop do
         left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        raise "response not finished within #{timeout}s: #{raw.inspect}" if left <= 0
+        raise "response not finished within #{timeout}s: ...#{raw[-200..].inspect}" if left <= 0
         next unless socket.wait_readable(left)
         chunk = socket.read_nonblock(65_536, exception: false)
         break if chunk.nil?
@@ -140,10 +149,10 @@ module Herald
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
       until buffer.include?(pattern)
         left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        raise "#{pattern.inspect} not seen within #{timeout}s: #{buffer.inspect}" if left <= 0
+        raise "#{pattern.inspect} not seen within #{timeout}s: ...#{buffer[-200..].inspect}" if left <= 0
         next unless socket.wait_readable(left)
         chunk = socket.read_nonblock(65_536, exception: false)
-        raise "closed before #{pattern.inspect}: #{buffer.inspect}" if chunk.nil?
+        raise "closed before #{pattern.inspect}: ...#{buffer[-200..].inspect}" if chunk.nil?
         buffer << chunk unless chunk == :wait_readable
       end
       buffer

@@ -9,14 +9,12 @@ require_relative "../support/spawned_server"
 # `herald server`, in both of its modes.
 class HTTPClientTest < Minitest::Test
   def setup
-    (reason = Herald::SpawnedServer.missing) and skip(reason)
     @dir = Dir.mktmpdir("herald-server")
     @server = Herald::SpawnedServer.start(dir: @dir)
     @clients = []
   end
 
   def teardown
-    return unless @server
     @clients.each(&:stop)
     # A client still reading its stream warns (EOFError) when the server goes away: expected here.
     status = nil

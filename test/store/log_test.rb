@@ -38,6 +38,18 @@ class LogStoreTest < Minitest::Test
     assert_equal 2, append("/b", 3, store: again).message_id
   end
 
+  def test_concurrent_always_appends_share_fsyncs_and_all_survive_reopen
+    dir = Dir.mktmpdir("herald-log").tap { |d| @dirs << d }
+    s = store_in(dir, fsync: :always)
+    threads = 8.times.map { |t| Thread.new { 40.times.map { |i| append("/g#{t % 2}", [t, i], store: s) } } }
+    returned = threads.flat_map(&:value)
+    assert_equal (1..320).to_a, returned.map(&:global_id).sort
+    s.close
+    again = store_in(dir)
+    assert_equal (1..160).to_a, again.backlog("/g0", 0).map(&:message_id)
+    assert_equal returned.sort_by(&:global_id).map(&:data), again.global_backlog(0).map(&:data)
+  end
+
   def test_unknown_fsync_mode_is_an_argument_error
     assert_raises(ArgumentError) { Herald::Store::Log.new(dir: Dir.mktmpdir, fsync: :sometimes) }
   end

@@ -32,7 +32,7 @@ module Herald
         max_body_bytes: 64 * 1024, # 413 over it
         max_channels: 100, # per poll; 400 over it
         write_timeout: 10, # seconds a parked client may refuse bytes before it is dropped
-        max_buffer: 256 * 1024, # bytes buffered for one slow client before it is dropped
+        max_buffer: 4 * 1024 * 1024, # bytes queued for one slow client before it is dropped (mostly shared, not copied)
         user_id_lookup: nil, group_ids_lookup: nil, site_id_lookup: nil, is_admin_lookup: nil,
         extra_response_headers_lookup: nil, client_message_filters: [], on_error: nil
       }.freeze

@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require "json"
-require "uri"
 
 module Herald
   module Rack
@@ -65,16 +64,22 @@ module Herald
         raise RequestError, "malformed JSON body"
       end
 
+      # application/x-www-form-urlencoded, strictly: a bad %-escape or bytes that are not UTF-8 are refused
+      # (URI.decode_www_form would silently replace them).
       def self.decode_form(body)
         raise RequestError, "malformed form body" if body.match?(/%(?![0-9A-Fa-f]{2})/)
-        URI.decode_www_form(body).each_with_object({}) do |(key, value), pairs|
-          key.force_encoding(Encoding::UTF_8)
-          value.force_encoding(Encoding::UTF_8)
-          raise RequestError, "request is not valid UTF-8" unless key.valid_encoding? && value.valid_encoding?
-          pairs[key] = value
+        body.split("&").each_with_object({}) do |pair, pairs|
+          next if pair.empty?
+          key, value = pair.split("=", 2)
+          pairs[unescape(key)] = unescape(value.to_s)
         end
-      rescue ArgumentError
-        raise RequestError, "malformed form body"
+      end
+
+      def self.unescape(text)
+        text = text.b.tr("+", " ").gsub(/%(\h\h)/) { Regexp.last_match(1).hex.chr } if text.include?("%") || text.include?("+")
+        text = text.dup.force_encoding(Encoding::UTF_8)
+        raise RequestError, "request is not valid UTF-8" unless text.valid_encoding?
+        text
       end
 
       def self.build(pairs, max_channels)

@@ -161,7 +161,7 @@ module Herald
           @cursor = msg.global_id if msg.global_id > @cursor
           readers = @index[Client.key(msg.channel, msg.site_id)] or next
           readers.each_key do |conn|
-            next unless take?(conn.client, msg)
+            next unless take?(conn, msg)
             if conn.streaming?
               deliver(conn, [msg])
             else
@@ -172,12 +172,16 @@ module Herald
         polls&.each { |conn, msgs| deliver(conn, msgs) }
       end
 
-      # Moves the client's position past msg; true when the client may see it.
-      def take?(client, msg)
-        positions = client.positions
+      # Moves the client's position past msg; true when the client may see it. A failing client message
+      # filter drops that one client and never stops the fan-out.
+      def take?(conn, msg)
+        positions = conn.client.positions
         return false if msg.message_id <= (positions[msg.channel] || 0)
         positions[msg.channel] = msg.message_id
-        client.allowed?(msg, @filters)
+        conn.client.allowed?(msg, @filters)
+      rescue => e
+        fail_connection(conn, e)
+        false
       end
 
       def deliver(conn, msgs)

@@ -17,6 +17,7 @@ module Herald
     # lose the last unsynced records, and their ids, as the mode says.)
     class Log
       include Recovery
+      include GroupCommit
 
       DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 
@@ -42,19 +43,26 @@ module Herald
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
         Store.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
         reopen if @pid != Process.pid
-        seq = 0
+        if @fsync == :always
+          return commit_durably([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
+            max_backlog_size, max_backlog_age])
+        end
         msg = @lock.synchronize do
           writable!
           locked do
-            catch_up(locked: true)
-            m = write(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
-              max_backlog_size, max_backlog_age)
-            seq = @syncer.written
+            prepare_append
+            key = site_id ? Store.channel_key(channel, site_id) : channel
+            ch = @index.channel(key)
+            retention = (max_backlog_size || max_backlog_age) ? [max_backlog_size || ch.max_size, max_backlog_age || ch.max_age] : carried(ch)
+            m = stage(@buffer, ch, 0, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
+            storing { @segments.last.write(@buffer) }
+            @syncer.written
+            @index.add(m, key, retention)
+            @appended.broadcast
             m
           end
         end
         @wakeup.notify
-        @syncer.durable(seq)
         msg
       end
 
@@ -142,23 +150,25 @@ module Herald
           "publishing needs a writable directory (check its permissions and mount options)"
       end
 
-      def write(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age)
-        key = site_id ? Store.channel_key(channel, site_id) : channel
-        ch = @index.channel(key)
-        retention = (max_size || max_age) ? [max_size || ch.max_size, max_age || ch.max_age] : carried(ch)
+      # Catches up with other processes' appends (and cuts a dead writer's torn tail), then rolls to a
+      # new segment when the active one is full. Under the write lock.
+      def prepare_append
+        segment = @segments.last
+        catch_up(locked: true) if segment.unread? || segment.size >= @segment_bytes
         roll if @segments.last.size >= @segment_bytes
+      end
+
+      # Encodes one record into `buffer` (cleared first) and returns its Message; `pending` records of the
+      # same channel are ahead of it in the batch being written.
+      def stage(buffer, ch, pending, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
         channel = @names[channel] || intern(channel)
         targets = [user_ids, group_ids, client_ids] if user_ids || group_ids || client_ids
         at = created_at || Process.clock_gettime(Process::CLOCK_REALTIME)
-        gid = @index.last_global_id + 1
-        mid = ch.last_id + 1
-        Record.encode(@buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
-        storing { @segments.last.write(@buffer) }
-        msg = Message.new(global_id: gid, message_id: mid, channel: channel, payload: payload, codec: codec,
+        gid = @index.last_global_id + 1 + @staged
+        mid = ch.last_id + 1 + pending
+        Record.encode(buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
+        Message.new(global_id: gid, message_id: mid, channel: channel, payload: payload, codec: codec,
           created_at: at, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
-        @index.add(msg, key, retention)
-        @appended.broadcast
-        msg
       end
 
       # A channel's non-default retention goes into each of its records, so it survives the deletion of

@@ -34,7 +34,7 @@ class LogFaultsTest < Minitest::Test
       store = Herald::Store::Log.new(dir: @dir, fsync: :never)
       count = fill(store) { |i| "y" * 500 + i.to_s }.size
       begin
-        append(store, "over")
+        append(store, "y" * 4000)
         "no error"
       rescue Herald::StoreFullError => e
         "#{count} #{e.class} #{e.message}"

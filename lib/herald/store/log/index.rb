@@ -121,6 +121,8 @@ module Herald
         end
 
         def segment_of(global_id)
+          last = @bases.last
+          return last if last.nil? || global_id >= last # appends land in the newest segment
           i = @bases.bsearch_index { |b| b > global_id } || @bases.size
           @bases[i - 1]
         end

@@ -7,25 +7,30 @@ module Herald
   module Store
     class Log
       # One record on disk: a frame (payload length, CRC32 of the payload) and a payload whose fixed-layout
-      # header is read with a single `unpack`, followed by the variable parts:
+      # header starts with the three 64-bit words a reader needs first, read with one short `unpack`:
       #
       #   frame   length u32 LE | crc32 u32 LE
-      #   payload global_id u64 | message_id u64 | created_at f64 | max_backlog_size u32 (0: unset) |
-      #           max_backlog_age f64 (0: unset) | codec id u8 | flags u8 | channel len u16 | site len u16 |
-      #           targets len u32 | channel | site_id | targets (MessagePack [user, group, client ids]) | data
+      #   payload global_id u64 | message_id u64 |
+      #           word u64 (codec id: bits 0-7, flags: 8-15, channel length: 16-31, site length: 32-47) |
+      #           targets length u32 | created_at f64 | max_backlog_size u32 (0: unset) |
+      #           max_backlog_age f64 (0: unset) |
+      #           channel | site_id | targets (MessagePack [user, group, client ids]) | data
       #
-      # Decoding slices the channel and the data out of the read buffer and leaves data encoded:
-      # Message#data decodes it on first access.
+      # Decoding (StoredMessage) slices the rest out of the read buffer when first asked for, and leaves
+      # data encoded: Message#data decodes it on first access.
       module Record
         FRAME = "L<L<"
         FRAME_SIZE = 8
-        HEADER = "Q<Q<EL<ECCS<S<L<"
-        HEADER_SIZE = 46
-        LAYOUT = "L<L<Q<Q<EL<ECCS<S<L<" # frame + header, packed in one go at append
+        IDS = "Q<Q<Q<" # global id, message id, word
+        HEADER_SIZE = 48
+        TARGETS_AT = 24 # offsets in the payload
+        CREATED_AT = 28
+        RETENTION_AT = 36
+        LAYOUT = "L<L<Q<Q<Q<L<EL<E" # frame + header, packed in one go at append
         # A length beyond this is damage, not a record (records this big do not belong on a message bus).
         MAX_PAYLOAD = 256 * 1024 * 1024
         RETENTION = "L<E"
-        FLAGS_AT = FRAME_SIZE + 37
+        FLAGS_AT = FRAME_SIZE + 17
         HAS_RETENTION = 1
         EMPTY = "".b.freeze
         TEXT_CODECS = [Codec::Json.id].freeze
@@ -37,14 +42,22 @@ module Herald
           targets, max_size, max_age)
           site = site_id ? site_id.to_s : EMPTY
           targets = targets ? MessagePack.pack(targets) : EMPTY
+          raise ArgumentError, "channel and site_id must be shorter than 64 KiB" if channel.bytesize > 0xffff || site.bytesize > 0xffff
           length = HEADER_SIZE + channel.bytesize + site.bytesize + targets.bytesize + payload.bytesize
           buffer.clear
           flags = (max_size || max_age) ? HAS_RETENTION : 0
-          [length, 0, global_id, message_id, created_at, max_size || 0, max_age || 0.0, codec_id, flags,
-            channel.bytesize, site.bytesize, targets.bytesize].pack(LAYOUT, buffer: buffer)
-          buffer << channel << site << targets << payload
+          word = codec_id | (flags << 8) | (channel.bytesize << 16) | (site.bytesize << 32)
+          [length, 0, global_id, message_id, word, targets.bytesize, created_at, max_size || 0,
+            max_age || 0.0].pack(LAYOUT, buffer: buffer)
+          buffer << channel
+          buffer << site unless site.empty?
+          buffer << targets unless targets.empty?
+          buffer << payload
           crc = Zlib.crc32(buffer.byteslice(FRAME_SIZE, length))
-          4.times { |i| buffer.setbyte(4 + i, (crc >> (8 * i)) & 0xff) }
+          buffer.setbyte(4, crc & 0xff) # the CRC goes into the frame in place: no second buffer
+          buffer.setbyte(5, (crc >> 8) & 0xff)
+          buffer.setbyte(6, (crc >> 16) & 0xff)
+          buffer.setbyte(7, crc >> 24)
           buffer
         end
 
@@ -60,28 +73,14 @@ module Herald
           length
         end
 
-        # The Message in the (already checked) frame at `pos`. `names` interns channel names, so a
-        # backlog of one channel shares one String.
-        def decode(buffer, pos, length, names = nil)
-          p = pos + FRAME_SIZE
-          gid, mid, at, _size, _age, codec_id, _flags, clen, slen, tlen = buffer.unpack(HEADER, offset: p)
-          p += HEADER_SIZE
-          channel = buffer.byteslice(p, clen).force_encoding(Encoding::UTF_8)
-          channel = (names[channel] ||= channel.freeze) if names
-          site = buffer.byteslice(p + clen, slen).force_encoding(Encoding::UTF_8) if slen > 0
-          targets = MessagePack.unpack(buffer.byteslice(p + clen + slen, tlen)) if tlen > 0
-          start = p + clen + slen + tlen
-          payload = buffer.byteslice(start, length - (start - pos - FRAME_SIZE))
-          payload.force_encoding(Encoding::UTF_8) if TEXT_CODECS.include?(codec_id)
-          Message.new(global_id: gid, message_id: mid, channel: channel, payload: payload.freeze,
-            codec: Codec.fetch(codec_id), created_at: at, user_ids: targets&.[](0),
-            group_ids: targets&.[](1), client_ids: targets&.[](2), site_id: site)
-        end
+        # The Message in the (already checked) frame at `pos`: one unpack of the fixed header, the rest
+        # sliced lazily (StoredMessage). `names` interns channel names, so a backlog shares one String.
+        def decode(buffer, pos, names = nil) = StoredMessage.new(buffer, pos, names)
 
         # The retention the publisher asked for with this record: [max_backlog_size, max_backlog_age], or nil.
         def retention(buffer, pos)
           return nil if buffer.getbyte(pos + FLAGS_AT).nobits?(HAS_RETENTION)
-          size, age = buffer.unpack(RETENTION, offset: pos + FRAME_SIZE + 24)
+          size, age = buffer.unpack(RETENTION, offset: pos + FRAME_SIZE + RETENTION_AT)
           [size.zero? ? nil : size, age.zero? ? nil : age]
         end
       end

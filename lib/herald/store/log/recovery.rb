@@ -21,6 +21,7 @@ module Herald
           @write_lock = @directory.writable ? @directory.open_lock : nil
           @write_lock ? locked { recover } : recover
           @syncer = Syncer.new(@fsync) { @segments.last }
+          start_group_commit
           @wakeup = Wakeup.new(@directory.join("wakeup")) { refresh }
         end
 
@@ -64,7 +65,7 @@ module Herald
         # sits at the end.
         def read_segment(segment)
           segment.read_new(on_corrupt: ->(offset) { corrupt(segment, offset) }) do |buffer, pos, length|
-            msg = Record.decode(buffer, pos, length, @names)
+            msg = Record.decode(buffer, pos, @names)
             @index.add(msg, Store.channel_key(msg.channel, msg.site_id), Record.retention(buffer, pos))
           end
         end
@@ -110,7 +111,7 @@ module Herald
         def roll
           @syncer.sync_now(@segments.last) unless @fsync == :never
           storing do
-            add_segment(@index.last_global_id + 1, create: true)
+            add_segment(@index.last_global_id + 1, create: true) # EXCL: catch_up found no newer segment
             @directory.fsync_dir
             retire
           end

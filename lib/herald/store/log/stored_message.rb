@@ -1,0 +1,81 @@
+# frozen_string_literal: true
+
+module Herald
+  module Store
+    class Log
+      # A Message read from the log: built with one short `unpack` of the three words that start every
+      # record (ids, and codec + lengths packed in one word); the time, channel, site, targets and payload
+      # are read out of the buffer when first asked for, so a poll that forwards bytes never builds the
+      # targets, and nobody builds data they do not read. Lazy fields are computed idempotently, so
+      # concurrent first reads agree.
+      class StoredMessage < Message
+        NO_TARGETS = [nil, nil, nil].freeze
+
+        def initialize(buffer, pos, names = nil)
+          @buffer = buffer
+          @start = pos + Record::FRAME_SIZE
+          @names = names
+          @global_id, @message_id, @word = buffer.unpack(Record::IDS, offset: @start)
+        end
+
+        def codec = @codec ||= Codec.fetch(@word & 0xff)
+
+        def created_at = @created_at ||= @buffer.unpack1("E", offset: @start + Record::CREATED_AT)
+
+        def channel
+          @channel ||= begin
+            name = @buffer.byteslice(@start + Record::HEADER_SIZE, channel_length).force_encoding(Encoding::UTF_8)
+            @names ? (@names[name] ||= name.freeze) : name.freeze
+          end
+        end
+
+        def site_id
+          return nil if site_length.zero?
+          @site_id ||= @buffer.byteslice(@start + Record::HEADER_SIZE + channel_length, site_length)
+            .force_encoding(Encoding::UTF_8).freeze
+        end
+
+        def payload
+          @payload ||= begin
+            skip = Record::HEADER_SIZE + channel_length + site_length + targets_length
+            length = @buffer.unpack1("L<", offset: @start - Record::FRAME_SIZE)
+            bytes = @buffer.byteslice(@start + skip, length - skip)
+            bytes.force_encoding(Encoding::UTF_8) if Record::TEXT_CODECS.include?(@word & 0xff)
+            bytes.freeze
+          end
+        end
+
+        def data
+          return @data if defined?(@data)
+          @data = codec.decode(payload)
+        end
+
+        def user_ids = unpacked_targets[0]
+
+        def group_ids = unpacked_targets[1]
+
+        def client_ids = unpacked_targets[2]
+
+        def public? = unpacked_targets.none?
+
+        def targets = {user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id}
+
+        private
+
+        def channel_length = (@word >> 16) & 0xffff
+
+        def site_length = (@word >> 32) & 0xffff
+
+        def targets_length = @tlen ||= @buffer.unpack1("L<", offset: @start + Record::TARGETS_AT)
+
+        def unpacked_targets
+          @targets ||= if targets_length.zero?
+            NO_TARGETS
+          else
+            MessagePack.unpack(@buffer.byteslice(@start + Record::HEADER_SIZE + channel_length + site_length, targets_length)).freeze
+          end
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,69 @@
+# frozen_string_literal: true
+
+require_relative "rack_helper"
+
+# A client that stops reading is dropped (bounded buffer, or write timeout) and never slows the others.
+class SlowClientTest < Minitest::Test
+  include Herald::RackHelpers
+
+  Server = Herald::PumaServer
+  BIG = "x" * 32_768
+  COUNT = 300 # 10 MB: more than loopback's socket buffers take
+
+  def stalled_socket(server, client)
+    server.request({"/chat" => nil}, client: client, rcvbuf: 4096)
+  end
+
+  def test_dropped_over_the_buffer_limit_while_others_get_everything
+    mw = middleware(long_polling_interval: 10, max_buffer: 1024 * 1024)
+    server = puma(mw)
+    slow = stalled_socket(server, "slow")
+    fast = server.request({"/chat" => nil}, client: "fast")
+    Server.read_until(fast, "[]\r\n|\r\n")
+    parked(mw, 2)
+    started = monotonic
+    reader = in_thread { Server.read_until(fast, "\"#{COUNT - 1}:", timeout: 10) }
+    COUNT.times do |i|
+      @bus.publish("/chat", "#{i}:#{BIG}")
+      sleep 0.01 if i % 10 == 9 # bursts of 320 KB: the fast reader keeps up, the stalled one falls behind
+    end
+    got = reader.value
+    assert_equal COUNT, got.scan(/"\d+:x/).size
+    assert_operator monotonic - started, :<, 5
+    eventually(message: "the stalled client was not dropped") { mw.active_clients == 1 }
+  ensure
+    slow&.close
+    fast&.close
+  end
+
+  def test_dropped_after_the_write_timeout
+    mw = middleware(long_polling_interval: 10, max_buffer: 64 * 1024 * 1024, write_timeout: 0.3)
+    server = puma(mw)
+    slow = stalled_socket(server, "slow")
+    parked(mw)
+    COUNT.times { |i| @bus.publish("/chat", "#{i}:#{BIG}") }
+    started = monotonic
+    eventually(timeout: 3, message: "the stalled client was not dropped") { mw.active_clients == 0 }
+    assert_operator monotonic - started, :<, 2
+    fresh = server.request({"/chat" => nil}, client: "fresh", headers: {"Dont-Chunk" => "t"})
+    parked(mw)
+    @bus.publish("/chat", "after")
+    assert_equal ["after"], ids(JSON.parse(Server.read(fresh)[2]))
+  ensure
+    slow&.close
+  end
+
+  def test_a_client_that_hangs_up_is_forgotten
+    mw = middleware(long_polling_interval: 10)
+    server = puma(mw)
+    socket = server.request({"/chat" => nil})
+    Server.read_until(socket, "[]\r\n|\r\n")
+    parked(mw)
+    socket.close
+    eventually(message: "a closed connection stayed parked") { mw.active_clients == 0 }
+  end
+
+  private
+
+  def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+end

@@ -1,0 +1,92 @@
+# frozen_string_literal: true
+
+require_relative "rack_helper"
+require "msgpack"
+
+# Beyond message_bus: Server-Sent Events with Last-Event-ID resume, and MessagePack replies and streams.
+class SseAndMsgpackTest < Minitest::Test
+  include Herald::RackHelpers
+
+  Server = Herald::PumaServer
+  MSGPACK = "application/vnd.msgpack"
+
+  def sse_events(text)
+    text.split("\n\n").filter_map do |block|
+      fields = block.lines.map(&:chomp).reject { |l| l.start_with?(":") }.to_h { |l| l.split(": ", 2) }
+      fields unless fields.empty? || fields.keys == ["retry"]
+    end
+  end
+
+  def test_sse_headers_backlog_live_and_end_over_a_socket
+    mw = middleware
+    server = puma(mw)
+    @bus.publish("/chat", "old")
+    socket = server.request("", method: "GET", type: nil, path: "/message-bus/c1/sse?%2Fchat=0")
+    head = Server.read_until(socket, "old")
+    assert_includes head, "content-type: text/event-stream\r\n"
+    assert_includes head, "cache-control: must-revalidate, private, max-age=0\r\n"
+    parked(mw)
+    @bus.publish("/chat", {"n" => 1})
+    rest = Server.read_raw(socket) # the stream ends after long_polling_interval; EventSource reconnects
+    events = sse_events((head + rest).split("\r\n\r\n", 2).last)
+    assert_equal [["1", {"global_id" => 1, "message_id" => 1, "channel" => "/chat", "data" => "old"}],
+      ["2", {"global_id" => 2, "message_id" => 2, "channel" => "/chat", "data" => {"n" => 1}}]],
+      events.map { |e| [e["id"], JSON.parse(e["data"])] }
+  end
+
+  def test_sse_resumes_after_last_event_id_across_channels_in_global_order
+    @bus.publish("/a", "a1")
+    @bus.publish("/b", "b1")
+    @bus.publish("/a", "a2")
+    @bus.publish("/c", "c1")
+    @bus.publish("/b", "b2")
+    body = mock.get("/message-bus/c1/sse?%2Fa=&%2Fb=", "HTTP_LAST_EVENT_ID" => "1").body
+    events = sse_events(body)
+    assert_equal %w[2 3 5], events.map { |e| e["id"] }
+    assert_equal %w[b1 a2 b2], events.map { |e| JSON.parse(e["data"])["data"] }
+  end
+
+  def test_sse_status_event_for_minus_one
+    @bus.publish("/a", "a1")
+    events = sse_events(mock.get("/message-bus/c1/sse?%2Fa=-1").body)
+    assert_equal [{"event" => "status", "data" => %({"global_id":-1,"message_id":-1,"channel":"/__status","data":{"/a":1}})}], events
+  end
+
+  def test_msgpack_reply_has_the_same_shape
+    @bus.publish("/chat", {"x" => [1, 2]})
+    response = poll(mock, {"/chat" => 0, "/other" => -1}, query: "dlp=t", HTTP_ACCEPT: MSGPACK)
+    assert_equal MSGPACK, response.headers["content-type"]
+    assert_equal [{"global_id" => 1, "message_id" => 1, "channel" => "/chat", "data" => {"x" => [1, 2]}},
+      {"global_id" => -1, "message_id" => -1, "channel" => "/__status", "data" => {"/other" => 0}}], MessagePack.unpack(response.body)
+  end
+
+  def test_msgpack_stream_over_a_socket_with_a_msgpack_bus
+    bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: :msgpack)
+    mw = Herald::Rack::Middleware.new(APP, bus: bus, long_polling_interval: 0.5)
+    @middlewares << mw
+    server = puma(mw)
+    bus.publish("/chat", {"bin" => "é"})
+    socket = server.request({"/chat" => 0}, headers: {"Accept" => MSGPACK})
+    parked(mw)
+    bus.publish("/chat", [1, nil, true])
+    _, headers, body = Server.read(socket)
+    assert_equal MSGPACK, headers.to_h["content-type"]
+    unpacker = MessagePack::Unpacker.new
+    Server.dechunk(body).each { |chunk| unpacker.feed(chunk) }
+    arrays = unpacker.each.to_a
+    assert_equal [[{"bin" => "é"}], [[1, nil, true]], []], arrays.map { |a| a.map { |m| m["data"] } }
+  ensure
+    bus&.close
+  end
+
+  # Bytes are built once per message and shared: the same frozen String for every reader.
+  def test_wire_bytes_are_built_once_per_message
+    wire = Herald::Rack::Wire.new
+    msg = @bus.publish_message("/chat", "x")
+    again = @bus.backlog("/chat", 0).first
+    assert_same wire.chunk(msg), wire.chunk(again)
+    assert_same wire.sse(msg), wire.sse(msg)
+    assert_same wire.msgpack(msg), wire.msgpack(again)
+    assert wire.chunk(msg).frozen?
+  end
+end
