@@ -3,7 +3,8 @@
 module Herald
   # Herald's instrumentation events:
   #   publish.herald  {channel:, event:, message:}               around Herald.publish_event (sync subscribers included)
-  #   process.herald  {subscriber:, event:, message:, attempt:}  around one handler call
+  #   process.herald  {subscriber:, event:, message:, attempt:}  around one handler call (+ exception:,
+  #                   exception_object: when it raised, as ActiveSupport names them)
   #   retry.herald    {subscriber:, message:, error:, attempt:, wait:}   a failed attempt that will be retried
   #   dead.herald     {subscriber:, message:, error:, attempts:}         an event given up on (dead letter)
   #
@@ -44,6 +45,11 @@ module Herald
         started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         begin
           notify_active_support(name, payload, &block)
+        rescue Exception => e # standard:disable Lint/RescueException
+          # As ActiveSupport does (it fills these in itself when loaded): listeners see what the block raised.
+          payload[:exception] ||= [e.class.name, e.message]
+          payload[:exception_object] ||= e
+          raise
         ensure
           call_callbacks(name, payload, block ? Process.clock_gettime(Process::CLOCK_MONOTONIC) - started : nil)
         end

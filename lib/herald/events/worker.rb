@@ -16,6 +16,7 @@ module Herald
     class Worker
       BATCH = 1000
       SAVE_EVERY = 0.05
+      CHECK_EVERY = 32
       LEASE_RETRY = 0.5
       MATCH_CACHE_LIMIT = 10_000
 
@@ -65,11 +66,13 @@ module Herald
 
       private
 
+      # Slow handlers make a batch long: the clock is looked at every CHECK_EVERY events too.
       def process(batch)
-        batch.each do |msg|
+        batch.each_with_index do |msg, i|
           break if @stopper.stopped?
           break if match?(msg) && !@delivery.deliver(msg) # a shutdown cut its retries short: not done
           @cursor = msg.global_id
+          save_cursor if i % CHECK_EVERY == 0 && monotonic - @saved_at >= SAVE_EVERY
         end
       end
 
