@@ -31,13 +31,14 @@ Dir.mktmpdir("herald-bench") do |tmp|
   # One record exactly as the log stores it (frame + header + channel + data), decoded from its read buffer.
   record = Herald::Store::Log::Record.encode(String.new(encoding: Encoding::BINARY), 1001, 1001, CHANNEL, nil,
     Herald::Codec::Json.encode(DATA), Herald::Codec::Json.id, Time.now.to_f, nil, nil, nil).dup
+  length = Herald::Store::Log::Record.check(record, 0, record.bytesize)
   Bench.section("Decode one stored record into a message",
     note: "message_bus: `MessageBus::Message.decode` of its pipe-delimited string. Herald: a log record into a Herald::Message: one unpack of its ids, the rest sliced from the buffer on first access (second row: channel and payload read too); data stays encoded until read.") do |s|
     s.measure("MessageBus::Message.decode", ops: 200_000, baseline: true) { |n| n.times { MessageBus::Message.decode(encoded) } }
-    s.measure("Herald Log record decode", ops: 200_000) { |n| n.times { Herald::Store::Log::Record.decode(record, 0) } }
+    s.measure("Herald Log record decode", ops: 200_000) { |n| n.times { Herald::Store::Log::Record.decode(record, 0, length) } }
     s.measure("Herald Log record decode + read channel and payload", ops: 200_000) do |n|
       n.times do
-        m = Herald::Store::Log::Record.decode(record, 0)
+        m = Herald::Store::Log::Record.decode(record, 0, length)
         m.channel
         m.payload
       end

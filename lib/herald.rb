@@ -5,6 +5,7 @@
 # The parts, in dependency order:
 require_relative "herald/version"
 require_relative "herald/errors"
+require_relative "herald/fork_tracker"   # Process._fork hook: stores drop inherited connections
 require_relative "herald/codec"          # codec interface + registry
 require_relative "herald/codec/json"
 require_relative "herald/codec/msgpack"
@@ -20,8 +21,15 @@ require_relative "herald/store/log/syncer"    # fsync policies, group commit
 require_relative "herald/store/log/wakeup"    # cross-process wakeups
 require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
 require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders
+require_relative "herald/store/log/cursors"   # cursors and leases of durable readers
 require_relative "herald/store/log/checker"   # verification for `herald check`
 require_relative "herald/store/log"
+require_relative "herald/store/packed"   # one binary string per message, for the networked stores
+require_relative "herald/store/pool"     # connection pool (threads, forks, lost connections)
+require_relative "herald/store/notifier" # listener thread: cross-process wakeups
+# The networked stores load their client gem (redis-client, pg) on first use, so apps need only the one they use.
+Herald::Store.autoload :Redis, File.expand_path("herald/store/redis", __dir__)
+Herald::Store.autoload :Postgres, File.expand_path("herald/store/postgres", __dir__)
 require_relative "herald/subscription"
 require_relative "herald/bus"            # publish / subscribe / backlog over one store
 require_relative "herald/config"

@@ -68,6 +68,16 @@ def publish(port, channel, data)
   Integer(JSON.parse(response.body).fetch("message_id"))
 end
 
+# Sends the publish request without waiting for its reply, so the clients' sockets are read meanwhile.
+def publish_async(port, channel, data)
+  body = JSON.generate("channel" => channel, "data" => data)
+  socket = Socket.tcp("127.0.0.1", port)
+  socket.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1)
+  socket.write("POST /test/publish HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n" \
+    "Content-Length: #{body.bytesize}\r\nConnection: close\r\n\r\n#{body}")
+  socket
+end
+
 # Reads on every ready connection until `done` says stop or the deadline passes.
 def pump(selector, deadline)
   loop do
@@ -83,24 +93,29 @@ def latency(port, clients, rounds)
   rounds.times do
     selector = NIO::Selector.new
     connections = Array.new(clients) { PollConnection.new(port, "/lat", last_id, chunked: false) }
-    latencies = []
+    done = []
     connections.each do |c|
       monitor = selector.register(c.socket, :r)
       monitor.value = lambda do
         c.read
-        next if c.socket.closed? || !(c.complete_reply? || c.eof?)
-        now = Process.clock_gettime(Process::CLOCK_REALTIME)
-        sent = c.messages.find { |m| m["channel"] == "/lat" }&.dig("data", "t")
-        latencies << (sent ? now - sent : nil)
-        selector.deregister(c.socket)
-        c.close
+        # A long-poll reply is one JSON array: complete when the body ends with "]". The clock first;
+        # parsing and closing wait until every client has its reply, so they do not delay the others.
+        next unless c.buffer.end_with?("]") || c.eof?
+        done << [Process.clock_gettime(Process::CLOCK_REALTIME), c]
+        monitor.close
       end
     end
     sleep 1.5 # let every poll reach the server and park
-    last_id = publish(port, "/lat", {"t" => Process.clock_gettime(Process::CLOCK_REALTIME)})
-    pump(selector, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20) { latencies.size == clients }
+    publisher = publish_async(port, "/lat", {"t" => Process.clock_gettime(Process::CLOCK_REALTIME)})
+    pump(selector, Process.clock_gettime(Process::CLOCK_MONOTONIC) + 20) { done.size == clients }
+    publisher.close
     connections.each { |c| c.close unless c.socket.closed? }
     selector.close
+    latencies = done.map do |now, c|
+      sent = c.messages.find { |m| m["channel"] == "/lat" }&.dig("data", "t")
+      sent && now - sent
+    end
+    last_id = done.flat_map { |_, c| c.messages }.select { |m| m["channel"] == "/lat" }.map { |m| m["message_id"] }.max || last_id
     puts JSON.generate(latencies)
     $stdout.flush
   end

@@ -108,19 +108,24 @@ module Herald
 
     def global?(channel) = channel.start_with?(GLOBAL_PREFIX)
 
+    # The cursor survives errors (a lost Redis/PostgreSQL connection): re-reading it after a failure
+    # would skip whatever was appended meanwhile.
     def dispatch_loop
-      cursor = @store.last_global_id
-      until @closed
-        activate_pending
-        @store.wait(cursor, timeout: WAIT_SLICE)
-        cursor = dispatch_after(cursor)
+      cursor = nil
+      begin
+        cursor ||= @store.last_global_id
+        until @closed
+          activate_pending
+          @store.wait(cursor, timeout: WAIT_SLICE)
+          cursor = dispatch_after(cursor)
+        end
+      rescue ClosedError
+        nil
+      rescue => e
+        @on_error.call(e, nil)
+        sleep WAIT_SLICE
+        retry unless @closed
       end
-    rescue ClosedError
-      nil
-    rescue => e
-      @on_error.call(e, nil)
-      sleep WAIT_SLICE
-      retry unless @closed
     end
 
     def activate_pending

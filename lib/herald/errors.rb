@@ -36,6 +36,9 @@ module Herald
   # The store's directory (or server) refuses writes; what is stored stays readable.
   class ReadOnlyError < StoreError; end
 
+  # A Redis replica answered READONLY (a failover left the app pointed at a replica): write to the primary.
+  class ReplicaReadOnlyError < ReadOnlyError; end
+
   # fsync failed: the store can no longer promise durability and refuses further writes.
   class DurabilityError < StoreError; end
 

@@ -47,6 +47,25 @@ module Herald
 
     def self.new_epoch = SecureRandom.hex(8)
 
+    # The store a URL names, so one environment variable switches stores (HERALD_STORE):
+    #   redis://host:6379/0, rediss://...      => Store::Redis
+    #   postgres://..., postgresql://...       => Store::Postgres
+    #   memory:                                => Store::Memory
+    #   a directory path (or file:///path)     => Store::Log
+    def self.from_url(url, **options)
+      raise ArgumentError, "store URL must be a String, got #{url.inspect}" unless url.is_a?(String)
+      case url
+      when %r{\Arediss?://}i then Redis.new(url: url, **options)
+      when %r{\Apostgres(ql)?://}i then Postgres.new(url: url, **options)
+      when /\Amemory:/i then Memory.new(**options)
+      when %r{\Afile://}i then Log.new(dir: url.sub(%r{\Afile://}i, ""), **options)
+      when %r{\A[a-z][a-z0-9+.-]*://}i
+        raise ArgumentError, "Unknown store URL scheme: #{url.inspect}, expected redis://, rediss://, postgres://, postgresql://, memory: or a directory"
+      when "" then raise ArgumentError, "store URL is empty: give redis://, postgres:// or a directory"
+      else Log.new(dir: url, **options)
+      end
+    end
+
     def self.validate_retention!(max_backlog_size, max_backlog_age)
       if max_backlog_size && !(max_backlog_size.is_a?(Integer) && max_backlog_size > 0)
         raise ArgumentError, "max_backlog_size must be a positive Integer, got #{max_backlog_size.inspect}"

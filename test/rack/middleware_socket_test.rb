@@ -89,10 +89,39 @@ class MiddlewareSocketTest < Minitest::Test
   def test_many_parked_clients_all_receive_one_publish
     mw = middleware(long_polling_interval: 5)
     server = puma(mw)
+    mw.reactor
+    threads = Thread.list.size
     sockets = Array.new(50) { |i| server.request({"/chat" => nil}, client: "c#{i}", headers: {"Dont-Chunk" => "t"}) }
     parked(mw, 50)
+    # Puma's pool may grow to its 4 threads; a thread per parked client would add 50.
+    assert_operator Thread.list.size, :<=, threads + 4, "parked clients hold no thread"
     @bus.publish("/chat", "fan-out")
     sockets.each { |s| assert_equal ["fan-out"], ids(JSON.parse(Server.read(s)[2])) }
+  end
+
+  def test_extra_headers_on_hijacked_replies_and_streams
+    mw = middleware(extra_response_headers_lookup: ->(_env) { {"Access-Control-Allow-Origin" => "https://x.test"} })
+    server = puma(mw)
+    poll = server.request({"/chat" => nil}, headers: {"Dont-Chunk" => "t"})
+    stream = server.request({"/chat" => nil}, client: "c2")
+    parked(mw, 2)
+    @bus.publish("/chat", "x")
+    _, headers, = Server.read(poll)
+    assert_equal "https://x.test", headers.to_h["access-control-allow-origin"]
+    assert_includes Server.read_until(stream, "\r\n\r\n"), "access-control-allow-origin: https://x.test\r\n"
+    stream.close
+  end
+
+  def test_429_with_retry_after_over_the_client_limit
+    mw = middleware(max_active_clients: 1, retry_after: 20)
+    server = puma(mw)
+    first = server.request({"/chat" => nil}, client: "first")
+    parked(mw)
+    status, headers, body = Server.read(server.request({"/chat" => nil}, client: "second"))
+    assert_equal 429, status
+    assert_equal "20", headers.to_h["retry-after"]
+    refute_empty body
+    first.close
   end
 
   private

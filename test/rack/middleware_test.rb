@@ -207,6 +207,7 @@ class MiddlewareTest < Minitest::Test
     @middlewares << mw
     upstream = lambda do |env|
       env["message_bus.channels"] = {"/forced" => 0}
+      env["rack.session.options"] = {} # as a session middleware in front would have
       mw.call(env).tap { seen = env["rack.session.options"] }
     end
     @bus.publish("/forced", "f")
@@ -224,6 +225,34 @@ class MiddlewareTest < Minitest::Test
     @bus.publish("/chat", "now")
     assert_equal ["now"], ids(JSON.parse(request.value.body))
     assert_operator monotonic - started, :<, 0.5
+  end
+
+  # MUST 9: 25 s by default, as message_bus.
+  def test_default_hold_is_25_seconds
+    assert_equal 25, Herald::Rack::Middleware::DEFAULTS[:long_polling_interval]
+    assert_equal 25, Herald::Rack::Middleware.new(APP, bus: @bus).options[:long_polling_interval]
+  end
+
+  # MUST 12: client message filters run on channels with their prefix, last registered first; the first
+  # false denies (a withheld backlog message puts the channel in the status).
+  def test_client_message_filters_order_and_prefix
+    calls = []
+    first = ->(msg) { calls << :first && msg.data != "hidden by first" }
+    last = ->(msg) { (calls << :last) && msg.data != "hidden by last" }
+    m = mock(middleware(client_message_filters: [["/a", first], ["/a", last]]))
+    @bus.publish("/a", "shown")
+    @bus.publish("/a", "hidden by first")
+    @bus.publish("/a", "hidden by last")
+    @bus.publish("/b", "hidden by last")
+    body = JSON.parse(poll(m, {"/a" => 0, "/b" => 0}, query: "dlp=t").body)
+    assert_equal ["shown", "hidden by last"], ids(body), "filters only apply to channels starting with their prefix"
+    assert_equal({"/a" => 3}, status_of(body))
+    assert_equal %i[last first last first last], calls, "reverse registration order; the first false stops"
+  end
+
+  def test_unknown_option_is_refused
+    error = assert_raises(ArgumentError) { Herald::Rack::Middleware.new(APP, bus: @bus, long_poling_interval: 1) }
+    assert_includes error.message, ":long_poling_interval"
   end
 
   private

@@ -33,12 +33,12 @@ module Herald
 
     def mock(mw = middleware) = ::Rack::MockRequest.new(::Rack::Lint.new(mw))
 
-    # A poll through Rack::Lint; body is a Hash (sent as JSON) or a String (sent as given).
+    # A poll through Rack::Lint (as HTTP/1.1: rack 2's MockRequest leaves SERVER_PROTOCOL out); body is a Hash (sent as JSON) or a String (sent as given).
     def poll(mock, body = {}, client: "c1", query: nil, type: nil, **env)
       input = body.is_a?(Hash) ? JSON.generate(body) : body
       type ||= body.is_a?(Hash) ? JSON_TYPE : FORM_TYPE
       path = "/message-bus/#{client}/poll#{"?#{query}" if query}"
-      mock.post(path, {:input => input, "CONTENT_TYPE" => type}.merge(env.transform_keys(&:to_s)))
+      mock.post(path, {:input => input, "CONTENT_TYPE" => type, "SERVER_PROTOCOL" => "HTTP/1.1"}.merge(env.transform_keys(&:to_s)))
     end
 
     def in_thread(&block)

@@ -89,4 +89,18 @@ class SseAndMsgpackTest < Minitest::Test
     assert_same wire.msgpack(msg), wire.msgpack(again)
     assert wire.chunk(msg).frozen?
   end
+
+  # A reset store hands out the same global ids again: cached bytes must never be sent for another message.
+  def test_wire_cache_survives_a_store_reset
+    wire = Herald::Rack::Wire.new
+    first = @bus.publish_message("/chat", "before the reset")
+    assert_includes wire.json(first), "before the reset"
+    other = Herald::Bus.new(store: Herald::Store::Memory.new)
+    again = other.publish_message("/chat", "after the reset")
+    assert_equal first.global_id, again.global_id
+    assert_includes wire.json(again), "after the reset"
+    assert_includes wire.poll_reply(again), "after the reset"
+  ensure
+    other&.close
+  end
 end

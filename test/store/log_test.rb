@@ -50,6 +50,39 @@ class LogStoreTest < Minitest::Test
     assert_equal returned.sort_by(&:global_id).map(&:data), again.global_backlog(0).map(&:data)
   end
 
+  def test_targets_longer_than_64_kib_round_trip
+    dir = Dir.mktmpdir("herald-log").tap { |d| @dirs << d }
+    s = store_in(dir, fsync: :never)
+    users = (100_000...130_000).to_a # 150 KB of MessagePack: past the 16-bit length in the record's word
+    append("/big", "x", store: s, user_ids: users, client_ids: ["c"])
+    append("/big", "y", store: s)
+    s.close
+    msgs = store_in(dir).backlog("/big", 0)
+    assert_equal [users, ["c"], "x"], [msgs[0].user_ids, msgs[0].client_ids, msgs[0].data]
+    assert_equal ["y", nil, true], [msgs[1].data, msgs[1].user_ids, msgs[1].public?]
+  end
+
+  def test_cursors_persist_and_a_lease_is_freed_when_its_process_dies
+    dir = Dir.mktmpdir("herald-log").tap { |d| @dirs << d }
+    s = store_in(dir)
+    s.save_cursor("Mailer/jobs", 7)
+    r, w = IO.pipe
+    pid = fork do
+      r.close
+      w.puts(store_in(dir).lease("Mailer/jobs") ? "held" : "refused")
+      sleep 10
+    end
+    w.close
+    assert_equal "held", r.gets.strip
+    assert_nil s.lease("Mailer/jobs"), "another process holds it"
+    Process.kill(:KILL, pid)
+    Process.wait(pid)
+    lease = s.lease("Mailer/jobs")
+    assert lease, "freed when its owner died"
+    lease.release
+    assert_equal 7, store_in(dir).load_cursor("Mailer/jobs")
+  end
+
   def test_unknown_fsync_mode_is_an_argument_error
     assert_raises(ArgumentError) { Herald::Store::Log.new(dir: Dir.mktmpdir, fsync: :sometimes) }
   end

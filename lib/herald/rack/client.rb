@@ -25,7 +25,7 @@ module Herald
       # The keys the event loop indexes this client under: the store's channel keys (site-scoped except
       # for /global/ channels), so a message's (channel, site_id) finds exactly its readers.
       def keys
-        @positions.keys.map { |channel| Client.key(channel, @site_id) }
+        @keys ||= @positions.keys.map { |channel| Client.key(channel, @site_id) }
       end
 
       def self.key(channel, site_id)

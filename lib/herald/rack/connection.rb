@@ -10,7 +10,7 @@ module Herald
       MODES = %i[poll chunked sse].freeze
 
       attr_reader :client, :mode, :encoding
-      attr_accessor :deadline
+      attr_accessor :deadline, :indexed
 
       def initialize(client:, mode:, encoding:, wire:)
         @client = client

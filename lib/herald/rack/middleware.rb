@@ -33,6 +33,8 @@ module Herald
         max_channels: 100, # per poll; 400 over it
         write_timeout: 10, # seconds a parked client may refuse bytes before it is dropped
         max_buffer: 4 * 1024 * 1024, # bytes queued for one slow client before it is dropped (mostly shared, not copied)
+        # is_admin_lookup is accepted for message_bus compatibility (it gates message_bus's diagnostics page,
+        # which Herald does not have) and unused.
         user_id_lookup: nil, group_ids_lookup: nil, site_id_lookup: nil, is_admin_lookup: nil,
         extra_response_headers_lookup: nil, client_message_filters: [], on_error: nil
       }.freeze
@@ -93,10 +95,11 @@ module Herald
         base.end_with?("/") ? base : "#{base}/"
       end
 
+      # Polls never rewrite the session cookie (message_bus issue #257). A session middleware in front of us
+      # has put its options in the env already; without one there is nothing to skip.
       def skip_session(env)
-        (env["rack.session.options"] ||= {})[:skip] = true
-      rescue
-        nil
+        options = env["rack.session.options"]
+        options[:skip] = true if options.respond_to?(:[]=)
       end
     end
   end

@@ -75,9 +75,16 @@ module Herald
         end
       end
 
+      PERCENT = (0..255).each_with_object({}) do |byte, table|
+        hex = format("%02x", byte)
+        [hex, hex.upcase, "#{hex[0]}#{hex[1].upcase}", "#{hex[0].upcase}#{hex[1]}"].uniq.each { |h| table["%#{h}"] = byte.chr }
+      end.freeze
+
       def self.unescape(text)
-        text = text.b.tr("+", " ").gsub(/%(\h\h)/) { Regexp.last_match(1).hex.chr } if text.include?("%") || text.include?("+")
-        text = text.dup.force_encoding(Encoding::UTF_8)
+        text = text.b
+        text = text.tr("+", " ") if text.include?("+")
+        text = text.gsub(/%\h\h/, PERCENT) if text.include?("%")
+        text.force_encoding(Encoding::UTF_8)
         raise RequestError, "request is not valid UTF-8" unless text.valid_encoding?
         text
       end

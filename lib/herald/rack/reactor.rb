@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "nio"
+require "socket"
 
 module Herald
   module Rack
@@ -26,6 +27,7 @@ module Herald
         @index = {} # channel key (Client.key) => {Connection => true}
         @timers = [] # Connections by deadline, oldest first
         @writing = {}.compare_by_identity # SocketConnections with bytes the kernel has not taken yet
+        @released = [] # closed SocketConnections whose sockets are closed after the current fan-out
         @cursor = bus.store.last_global_id # the last global id fanned out
         @closed = false
         @subscription = bus.subscribe { |msg| push(msg) }
@@ -69,6 +71,7 @@ module Herald
           drain
           expire
           sweep_stalled unless @writing.empty?
+          release_closed
         end
       rescue => e
         report(e)
@@ -84,6 +87,7 @@ module Herald
 
       def io_ready(monitor)
         conn = monitor.value
+        return if conn.closed?
         if monitor.writable? && conn.flush
           @writing.delete(conn)
           monitor.interests = :r unless conn.closed?
@@ -122,6 +126,7 @@ module Herald
         return unless begin_connection(conn, msgs, status)
         @clients[conn.client.id] = conn
         conn.client.keys.each { |key| (@index[key] ||= {}.compare_by_identity)[conn] = true }
+        conn.indexed = true
         insert_timer(conn)
         catch_up(conn) if @cursor > snapshot
       rescue => e
@@ -130,12 +135,27 @@ module Herald
 
       def begin_connection(conn, msgs, status)
         if conn.is_a?(SocketConnection)
+          nodelay(conn.io)
           conn.monitor = @selector.register(conn.io, :r)
           conn.monitor.value = conn
           conn.on_want_write { |c| want_write(c) }
+          conn.on_close { |c| @released << c }
         end
         conn.start(msgs, status)
         !conn.closed?
+      end
+
+      # Streams write small chunks: without this, Nagle's algorithm and delayed ACKs add up to 40 ms each.
+      def nodelay(io)
+        io.setsockopt(Socket::IPPROTO_TCP, Socket::TCP_NODELAY, 1) if io.respond_to?(:setsockopt)
+      rescue IOError, SystemCallError
+        nil
+      end
+
+      def release_closed
+        return if @released.empty?
+        @released.each(&:release)
+        @released.clear
       end
 
       def want_write(conn)
@@ -196,8 +216,10 @@ module Herald
         time = now
         while (conn = @timers.first) && conn.deadline <= time
           @timers.shift
-          end_connection(conn) unless conn.closed?
+          end_connection(conn) if conn.indexed # answered, superseded or gone ones have nothing left to end
         end
+        # Answered polls wait here until their deadline; when they far outnumber parked clients, drop them.
+        @timers.select!(&:indexed) if @timers.size > 2 * @clients.size + 1024
       end
 
       def end_connection(conn)
@@ -226,6 +248,8 @@ module Herald
       end
 
       def remove(conn)
+        return true unless conn.indexed
+        conn.indexed = false
         client = conn.client
         @clients.delete(client.id) if @clients[client.id].equal?(conn)
         client.keys.each do |key|
@@ -263,6 +287,7 @@ module Herald
           @selector.select(0.05) { |monitor| io_ready(monitor) }
         end
         @writing.each_key(&:drop)
+        release_closed
         @selector.close
       end
 

@@ -8,6 +8,7 @@ module Herald
     class Responder
       CLIENT_ID = /\A[A-Za-z0-9_.~-]{1,128}\z/
       HEADER_SAFE = /\A[^\r\n\0]*\z/
+      EMPTY = {}.freeze
 
       def initialize(middleware, env, client_id, action)
         @mw = middleware
@@ -174,7 +175,7 @@ module Herald
       # The extra-headers hook, once per request; names lowercased (Rack 3), unsafe values dropped.
       def extra_headers
         @extra_headers ||= begin
-          found = lookup(:extra_response_headers_lookup) || {}
+          found = lookup(:extra_response_headers_lookup) || EMPTY
           found.each_with_object({}) do |(name, value), out|
             name = name.to_s.downcase
             value = value.to_s

@@ -79,11 +79,21 @@ module Herald
         drop
       end
 
-      # Closes at once, unsent bytes or not.
+      # Closes, unsent bytes or not. The event loop defers the close itself (see #on_close).
       def drop
         return if @closed
         @closed = true
         @pending = nil
+        @on_close ? @on_close.call(self) : release
+      end
+
+      # Set by the event loop: it releases closed sockets after a whole fan-out, because closing a thousand
+      # sockets costs as much as writing to them and every reader already has its bytes.
+      def on_close(&block)
+        @on_close = block
+      end
+
+      def release
         @monitor&.close
         @io.close
       rescue IOError, SystemCallError
@@ -104,8 +114,12 @@ module Herald
       end
 
       def reply(msgs, status = nil)
-        payload = encode(msgs, status)
-        write(head(content_type, length: payload.bytesize) << payload)
+        if msgs.size == 1 && status.nil? && json? && @extra_headers.empty?
+          write(@wire.poll_reply(msgs.first)) # the common case: the same bytes for every reader
+        else
+          payload = encode(msgs, status)
+          write(head(content_type, length: payload.bytesize) << payload)
+        end
         finish_stream
       end
 
@@ -119,7 +133,7 @@ module Herald
 
       # message_bus's hijacked reply (PROTOCOL.md 1.4, 1.5): its header order, `connection: close`.
       def head(type, chunked: false, length: nil)
-        out = +"HTTP/1.1 200 OK\r\ncache-control: must-revalidate, private, max-age=0\r\npragma: no-cache\r\nexpires: 0\r\n"
+        out = +Wire::HEAD
         out << @extra_headers << "connection: close\r\ncontent-type: " << type << "\r\n"
         if chunked
           out << "transfer-encoding: chunked\r\nx-content-type-options: nosniff\r\n"

@@ -20,7 +20,12 @@ module Herald
       STATUS_CHANNEL = "/__status"
       MSGPACK_EMPTY_ARRAY = "\x90".b.freeze
 
-      Entry = Struct.new(:json, :segment, :chunk, :sse, :msgpack, :msgpack_chunk)
+      # message_id, channel and payload tell whether an entry still belongs to the message with its global id: a store
+      # that was reset (a wiped directory, a flushed Redis) hands out the same global ids again.
+      Entry = Struct.new(:message_id, :channel, :payload, :json, :segment, :chunk, :sse, :msgpack, :msgpack_chunk, :poll_reply)
+
+      # The start of every response we write ourselves on a hijacked socket (message_bus's header order).
+      HEAD = "HTTP/1.1 200 OK\r\ncache-control: must-revalidate, private, max-age=0\r\npragma: no-cache\r\nexpires: 0\r\n"
 
       # A JSON array as one streaming segment: escaped, then followed by the separator (PROTOCOL.md 1.5).
       def self.segment(json_array)
@@ -70,6 +75,15 @@ module Herald
         e.msgpack || (e.msgpack = build_msgpack(msg))
       end
 
+      # A whole hijacked long-poll reply carrying just this message (no extra headers): shared by every reader.
+      def poll_reply(msg)
+        e = entry(msg)
+        e.poll_reply || (e.poll_reply = begin
+          body = "[#{json(msg)}]"
+          "#{HEAD}connection: close\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: #{body.bytesize}\r\n\r\n#{body}".b.freeze
+        end)
+      end
+
       # A one-element MessagePack array framed as one HTTP chunk (a client feeds a streaming unpacker).
       def msgpack_chunk(msg, framed: true)
         return "\x91".b + msgpack(msg) unless framed
@@ -112,11 +126,17 @@ module Herald
 
       def entry(msg)
         key = msg.global_id
-        @young[key] || promote(key)
+        e = @young[key]
+        return e if e && same?(e, msg)
+        e = @old.delete(key)
+        store(key, (e && same?(e, msg)) ? e : Entry.new(msg.message_id, msg.channel, msg.payload))
       end
 
-      def promote(key)
-        e = @old.delete(key) || Entry.new
+      def same?(e, msg)
+        e.message_id == msg.message_id && e.channel == msg.channel && (e.payload.equal?(msg.payload) || e.payload == msg.payload)
+      end
+
+      def store(key, e)
         @young[key] = e
         if @young.size > @capacity
           @old = @young

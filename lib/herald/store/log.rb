@@ -18,6 +18,7 @@ module Herald
     class Log
       include Recovery
       include GroupCommit
+      include Cursors
 
       DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
 
@@ -91,25 +92,6 @@ module Herald
           end
           @index.last_global_id
         end
-      end
-
-      def load_cursor(name)
-        Integer(File.read(@directory.join("cursors", Directory.escape(name))), 10)
-      rescue Errno::ENOENT
-        0
-      end
-
-      def save_cursor(name, global_id)
-        writable!
-        storing { @directory.write_atomically(File.join("cursors", Directory.escape(name)), global_id.to_s) }
-      end
-
-      # An flock on leases/NAME: the kernel frees it when the owner's process dies.
-      def lease(name)
-        file = storing { File.new(@directory.join("leases", Directory.escape(name)), File::RDWR | File::CREAT, 0o644) }
-        return Lease.new { file.close } if file.flock(File::LOCK_EX | File::LOCK_NB)
-        file.close
-        nil
       end
 
       def close

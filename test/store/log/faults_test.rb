@@ -71,11 +71,14 @@ class LogFaultsTest < Minitest::Test
 
   def test_an_unprivileged_process_can_read_a_directory_it_cannot_write
     write_some(@dir)
+    Dir.mkdir(File.join(@dir, "never-opened"))
     FileUtils.chmod_R("a+rX", @dir)
     FileUtils.chmod("go-w", @dir)
     out = in_child do
       Process::Sys.setgid(65_534)
       Process::Sys.setuid(65_534)
+      empty = Herald::Store::Log.new(dir: File.join(@dir, "never-opened")) # no segments, no subdirectories
+      raise "not empty" unless empty.last_global_id.zero? && empty.global_backlog(0).empty?
       store = Herald::Store::Log.new(dir: @dir)
       data = store.backlog("/f", 0).map(&:data).join(",")
       begin
@@ -85,6 +88,29 @@ class LogFaultsTest < Minitest::Test
       end
     end
     assert_equal "0,1,2 Herald::ReadOnlyError", out
+  end
+
+  # strace injects EIO into the segment's fsyncs (Ruby's IO#fdatasync falls back to fsync, so both).
+  def test_a_failed_fsync_is_fatal_for_the_store_instance
+    skip "SKIPPED LOUDLY: strace is not installed; this test needs it to inject fsync errors" unless system("which strace", out: File::NULL)
+    Herald::Store::Log.new(dir: @dir).close # creates the first segment, so strace can filter on its path
+    script = <<~RUBY
+      require "herald"
+      s = Herald::Store::Log.new(dir: ARGV[0], fsync: :always)
+      c = Herald::Codec::Json
+      2.times do
+        s.append("/a", c.encode(1), codec: c)
+        puts "stored"
+      rescue Herald::DurabilityError => e
+        puts e.class
+      end
+      puts s.global_backlog(0).size
+    RUBY
+    out, _status = Open3.capture2e("strace", "-f", "-qq", "-o", File::NULL, "-P", File.join(@dir, "00000000000000000001.log"),
+      "-e", "trace=fdatasync,fsync", "-e", "inject=fdatasync,fsync:error=EIO",
+      RbConfig.ruby, "-I", File.expand_path("../../../lib", __dir__), "-e", script, @dir)
+    assert_equal ["Herald::DurabilityError", "Herald::DurabilityError", "1"], out.lines.map(&:strip).last(3),
+      "the first append fails its fsync, the second is refused without writing (output: #{out})"
   end
 
   private

@@ -22,6 +22,32 @@ class LogProcessesTest < Minitest::Test
     assert_writers_share_the_log(4)
   end
 
+  # Tiny segments and backlogs: writers roll and delete segments under each other's feet, a reader follows.
+  def test_writers_rolling_and_deleting_segments_while_a_reader_follows
+    options = {segment_bytes: 2048, max_backlog_size: 20}
+    pids = 3.times.map do |w|
+      fork do
+        store = open_store(**options)
+        2000.times { |i| append(store, "/c#{i % 2}", [w, i]) }
+        store.close
+        exit!(0)
+      end
+    end
+    reader = open_store(**options)
+    seen = []
+    until pids.empty?
+      pids.reject! { |pid| Process.waitpid(pid, Process::WNOHANG) }
+      reader.wait(seen.last || 0, timeout: 0.1)
+      seen.concat(reader.global_backlog(seen.last || 0).map(&:global_id))
+    end
+    eventually { reader.last_global_id == 6000 }
+    assert_equal seen.uniq.sort, seen, "the reader saw ids in order, once each"
+    fresh = open_store(**options)
+    assert_equal [6000, 3000, 3000, 20], [fresh.last_global_id, fresh.last_id("/c0"), fresh.last_id("/c1"), fresh.backlog("/c0", 0).size]
+    assert_operator Dir[File.join(@dir, "*.log")].size, :<, 10, "old segments deleted"
+    assert_empty fresh.corrupt_records
+  end
+
   def test_a_waiter_in_another_process_wakes_within_milliseconds
     reader = open_store
     go_r, go_w = IO.pipe
@@ -65,6 +91,27 @@ class LogProcessesTest < Minitest::Test
     assert_equal "2 2 parent,child", line.strip
     assert_equal 3, append(store, "/f", "parent again").global_id
     assert_equal %w[parent child], eventually { store.backlog("/f", 0).first(2).map(&:data).then { |d| d if d.size == 2 } }
+  end
+
+  def test_a_store_closed_before_fork_stays_closed_in_the_child
+    store = open_store
+    append(store, "/f", "before")
+    store.close
+    r, w = IO.pipe
+    pid = fork do
+      r.close
+      begin
+        append(store, "/f", "child")
+        w.write("appended")
+      rescue Herald::ClosedError
+        w.write("closed #{store.backlog("/f", 0).map(&:data).join(",")}")
+      end
+      exit!(0)
+    end
+    w.close
+    out = r.read
+    Process.wait(pid)
+    assert_equal "closed before", out
   end
 
   private

@@ -11,7 +11,8 @@ module Herald
       #
       #   frame   length u32 LE | crc32 u32 LE
       #   payload global_id u64 | message_id u64 |
-      #           word u64 (codec id: bits 0-7, flags: 8-15, channel length: 16-31, site length: 32-47) |
+      #           word u64 (codec id: bits 0-7, flags: 8-15, channel length: 16-31, site length: 32-47,
+      #                     targets length: 48-63, 0xffff when it does not fit: read the u32) |
       #           targets length u32 | created_at f64 | max_backlog_size u32 (0: unset) |
       #           max_backlog_age f64 (0: unset) |
       #           channel | site_id | targets (MessagePack [user, group, client ids]) | data
@@ -46,7 +47,8 @@ module Herald
           length = HEADER_SIZE + channel.bytesize + site.bytesize + targets.bytesize + payload.bytesize
           buffer.clear
           flags = (max_size || max_age) ? HAS_RETENTION : 0
-          word = codec_id | (flags << 8) | (channel.bytesize << 16) | (site.bytesize << 32)
+          short_targets = (targets.bytesize < 0xffff) ? targets.bytesize : 0xffff # 0xffff: read the u32 field
+          word = codec_id | (flags << 8) | (channel.bytesize << 16) | (site.bytesize << 32) | (short_targets << 48)
           [length, 0, global_id, message_id, word, targets.bytesize, created_at, max_size || 0,
             max_age || 0.0].pack(LAYOUT, buffer: buffer)
           buffer << channel
@@ -75,7 +77,7 @@ module Herald
 
         # The Message in the (already checked) frame at `pos`: one unpack of the fixed header, the rest
         # sliced lazily (StoredMessage). `names` interns channel names, so a backlog shares one String.
-        def decode(buffer, pos, names = nil) = StoredMessage.new(buffer, pos, names)
+        def decode(buffer, pos, length, names = nil) = StoredMessage.new(buffer, pos, length, names)
 
         # The retention the publisher asked for with this record: [max_backlog_size, max_backlog_age], or nil.
         def retention(buffer, pos)

@@ -25,9 +25,25 @@ module Herald
           @wakeup = Wakeup.new(@directory.join("wakeup")) { refresh }
         end
 
-        # In a forked child: the parent's descriptors, lock and threads are not ours; start over.
+        # In a forked child (a Puma worker of a preloading master): the parent's descriptors, locks and
+        # threads are not ours. The index is (copy-on-write memory, same records as on disk), so keep it
+        # and reopen the files from where the parent had read them.
         def reopen
-          FORK_LOCK.synchronize { open if @pid != Process.pid }
+          FORK_LOCK.synchronize do
+            return if @pid == Process.pid
+            @pid = Process.pid
+            @lock = Monitor.new
+            @appended = @lock.new_cond
+            return if @closed
+            @write_lock = @directory.writable ? @directory.open_lock : nil
+            gone = @segments.reject { |segment| segment.reopen(writable: !@write_lock.nil?) }
+            gone.each { |segment| @index.remove_segment(segment.first_id) }
+            @segments -= gone
+            return open if @segments.empty?
+            @syncer = Syncer.new(@fsync) { @segments.last }
+            start_group_commit
+            @wakeup = Wakeup.new(@directory.join("wakeup")) { refresh }
+          end
         end
 
         def recover
@@ -65,7 +81,7 @@ module Herald
         # sits at the end.
         def read_segment(segment)
           segment.read_new(on_corrupt: ->(offset) { corrupt(segment, offset) }) do |buffer, pos, length|
-            msg = Record.decode(buffer, pos, @names)
+            msg = Record.decode(buffer, pos, length, @names)
             @index.add(msg, Store.channel_key(msg.channel, msg.site_id), Record.retention(buffer, pos))
           end
         end

@@ -24,6 +24,15 @@ module Herald
           @size = 0
         end
 
+        # The same file through a descriptor of our own (after fork), read up to where it was; false when
+        # the file is gone (deleted by retention in another process: nothing in it was retained).
+        def reopen(writable:)
+          @io = File.new(@path, (writable ? File::RDWR : File::RDONLY) | File::BINARY)
+          true
+        rescue Errno::ENOENT
+          false
+        end
+
         # True when the file holds bytes not read yet (appended by another process, or damage).
         def unread? = @io.size > @size
 
@@ -40,6 +49,8 @@ module Herald
           pos = scan(buffer, @size, buffer.bytesize, on_corrupt) { |b, p, l| yield b, p, l }
           @size += pos
           pos == buffer.bytesize
+        rescue EOFError
+          true # a writer cut a torn tail between our size check and the read
         end
 
         # Cuts damage at the tail (a record torn by a crash, garbage) so the next append lands right after

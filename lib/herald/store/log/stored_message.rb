@@ -10,10 +10,12 @@ module Herald
       # concurrent first reads agree.
       class StoredMessage < Message
         NO_TARGETS = [nil, nil, nil].freeze
+        JSON_ID = Codec::Json.id
 
-        def initialize(buffer, pos, names = nil)
+        def initialize(buffer, pos, length, names = nil)
           @buffer = buffer
           @start = pos + Record::FRAME_SIZE
+          @length = length
           @names = names
           @global_id, @message_id, @word = buffer.unpack(Record::IDS, offset: @start)
         end
@@ -24,7 +26,7 @@ module Herald
 
         def channel
           @channel ||= begin
-            name = @buffer.byteslice(@start + Record::HEADER_SIZE, channel_length).force_encoding(Encoding::UTF_8)
+            name = @buffer.byteslice(@start + Record::HEADER_SIZE, (@word >> 16) & 0xffff).force_encoding(Encoding::UTF_8)
             @names ? (@names[name] ||= name.freeze) : name.freeze
           end
         end
@@ -37,10 +39,10 @@ module Herald
 
         def payload
           @payload ||= begin
-            skip = Record::HEADER_SIZE + channel_length + site_length + targets_length
-            length = @buffer.unpack1("L<", offset: @start - Record::FRAME_SIZE)
-            bytes = @buffer.byteslice(@start + skip, length - skip)
-            bytes.force_encoding(Encoding::UTF_8) if Record::TEXT_CODECS.include?(@word & 0xff)
+            word = @word
+            skip = Record::HEADER_SIZE + ((word >> 16) & 0xffff) + ((word >> 32) & 0xffff) + targets_length
+            bytes = @buffer.byteslice(@start + skip, @length - skip)
+            bytes.force_encoding(Encoding::UTF_8) if (word & 0xff) == JSON_ID
             bytes.freeze
           end
         end
@@ -66,7 +68,10 @@ module Herald
 
         def site_length = (@word >> 32) & 0xffff
 
-        def targets_length = @tlen ||= @buffer.unpack1("L<", offset: @start + Record::TARGETS_AT)
+        def targets_length
+          short = @word >> 48
+          (short == 0xffff) ? @buffer.unpack1("L<", offset: @start + Record::TARGETS_AT) : short
+        end
 
         def unpacked_targets
           @targets ||= if targets_length.zero?

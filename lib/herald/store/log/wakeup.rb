@@ -5,11 +5,13 @@ require "socket"
 module Herald
   module Store
     class Log
-      # Cross-process wakeups: every open store binds a UNIX datagram socket in <dir>/wakeup; after an
-      # append the writer sends one byte to every other socket there. A listener thread blocks on its
-      # socket and calls back, so readers in other processes learn of new records within a millisecond
-      # or two. Sockets of dead processes are removed by the first writer that gets ECONNREFUSED.
-      # When no socket can be bound (read-only directory), the listener polls every POLL seconds.
+      # Cross-process wakeups: every open store binds a UNIX datagram socket and leaves a marker file
+      # <dir>/wakeup/<pid>-<n>.sock; after an append the writer sends one byte to every other marker's
+      # socket. A listener thread blocks on its socket and calls back, so readers in other processes
+      # learn of new records within a millisecond or two. The sockets live in Linux's abstract namespace,
+      # named after the directory's device and inode: no 108-byte path limit, nothing left on disk by a
+      # killed process but its marker, which the first writer to get ECONNREFUSED removes.
+      # When no marker can be written (read-only directory), the listener polls every POLL seconds.
       class Wakeup
         POLL = 0.5
         PEERS_TTL = 0.25 # how long the list of peer sockets is trusted before the directory is read again
@@ -22,7 +24,7 @@ module Herald
           @dir = dir
           @on_wake = on_wake
           Wakeup.count += 1
-          @path = File.join(dir, "#{Process.pid}-#{Wakeup.count}.sock")
+          @name = "#{Process.pid}-#{Wakeup.count}.sock"
           @socket = bind
           @sender = Socket.new(:UNIX, :DGRAM)
           @peers = []
@@ -50,7 +52,7 @@ module Herald
           @thread.kill
           @socket&.close
           @sender.close
-          File.unlink(@path) if @socket
+          File.unlink(File.join(@dir, @name)) if @socket
         rescue SystemCallError, IOError
           nil
         end
@@ -58,14 +60,18 @@ module Herald
         private
 
         def bind
+          stat = File.stat(@dir)
+          @prefix = "\0herald-#{stat.dev.to_s(16)}-#{stat.ino.to_s(16)}-"
           sock = Socket.new(:UNIX, :DGRAM)
-          File.unlink(@path) if File.exist?(@path) # a dead process's socket with our pid
-          sock.bind(Socket.sockaddr_un(@path))
+          sock.bind(address(@name))
+          File.write(File.join(@dir, @name), "")
           sock
         rescue SystemCallError
           sock&.close
           nil
         end
+
+        def address(name) = Socket.sockaddr_un(@prefix + name)
 
         def listen
           loop do
@@ -92,10 +98,10 @@ module Herald
           now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
           return if now - @peers_at < PEERS_TTL
           @peers_at = now
-          own = File.basename(@path)
+          return @peers = [] unless @prefix
           @peers = Dir.children(@dir).filter_map do |name|
-            next if name == own || !name.end_with?(".sock")
-            [name, Socket.sockaddr_un(File.join(@dir, name))]
+            next if name == @name || !name.end_with?(".sock")
+            [name, address(name)]
           end
         rescue SystemCallError
           @peers = []

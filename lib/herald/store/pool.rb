@@ -1,0 +1,110 @@
+# frozen_string_literal: true
+
+module Herald
+  module Store
+    # A small thread-safe connection pool for the networked stores. Connections are made on demand, up to
+    # `size`; a thread waits for a free one. A connection whose operation failed with a lost connection
+    # is closed and forgotten instead of being returned. After a fork the child drops (never closes) the
+    # inherited connections: closing them would talk on the parent's sockets.
+    class Pool
+      def initialize(size:, timeout:, connect:, close:, abandon:, broken:)
+        raise ArgumentError, "pool size must be a positive Integer, got #{size.inspect}" unless size.is_a?(Integer) && size > 0
+        @size = size
+        @timeout = timeout
+        @connect = connect
+        @close = close
+        @abandon = abandon
+        @broken = broken
+        @lock = Mutex.new
+        @available = ConditionVariable.new
+        @idle = []
+        @created = 0
+        @pid = ForkTracker.pid
+      end
+
+      def with
+        conn = checkout
+        begin
+          result = yield conn
+        rescue Exception => e # standard:disable Lint/RescueException
+          if @broken.call(e)
+            discard(conn)
+            conn = nil
+          end
+          raise
+        ensure
+          checkin(conn) if conn
+        end
+        result
+      end
+
+      # Forgets every connection (after a fork: abandoned, not closed). Called by the store's after_fork.
+      def after_fork
+        @lock = Mutex.new
+        @available = ConditionVariable.new
+        @idle.each { |c| @abandon.call(c) }
+        @idle = []
+        @created = 0
+        @pid = ForkTracker.pid
+      end
+
+      def close
+        @lock.synchronize do
+          @idle.each { |c| @close.call(c) }
+          @created -= @idle.size
+          @idle.clear
+        end
+      end
+
+      private
+
+      def checkout
+        after_fork if ForkTracker.forked?(@pid)
+        deadline = nil
+        @lock.synchronize do
+          loop do
+            return @idle.pop unless @idle.empty?
+            if @created < @size
+              @created += 1
+              break
+            end
+            deadline ||= Process.clock_gettime(Process::CLOCK_MONOTONIC) + @timeout
+            left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+            raise ConnectionError, "no free connection in #{@timeout}s: raise the store's pool: size (now #{@size})" if left <= 0
+            @available.wait(@lock, left)
+          end
+        end
+        connect_one
+      end
+
+      def connect_one
+        @connect.call
+      rescue Exception # standard:disable Lint/RescueException
+        @lock.synchronize do
+          @created -= 1
+          @available.signal
+        end
+        raise
+      end
+
+      def checkin(conn)
+        return if ForkTracker.forked?(@pid) # made before a fork: belongs to the parent
+        @lock.synchronize do
+          @idle.push(conn)
+          @available.signal
+        end
+      end
+
+      def discard(conn)
+        @close.call(conn)
+      rescue
+        nil
+      ensure
+        @lock.synchronize do
+          @created -= 1
+          @available.signal
+        end
+      end
+    end
+  end
+end

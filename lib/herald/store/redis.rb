@@ -1,0 +1,256 @@
+# frozen_string_literal: true
+
+require "redis-client"
+require_relative "redis/scripts"
+
+module Herald
+  module Store
+    # Messages in Redis, shared by every process and host that points at the same server.
+    #
+    #   Herald::Store::Redis.new(url: ENV["REDIS_URL"], namespace: "herald", pool: 5,
+    #     max_backlog_size: 1000, max_backlog_age: 7 * 86400, max_global_backlog_size: 10_000,
+    #     on_reset: ->(old_epoch, new_epoch) { ... })
+    #
+    # One Lua script (Scripts::APPEND) assigns the global and channel ids, stores the record in the
+    # channel's and the global sorted set, trims both and PUBLISHes a wakeup; a backlog is one
+    # ZRANGEBYSCORE returning raw records (Store::Packed), decoded without touching `data`.
+    # A reset (flush, restart without persistence, failover) is detected by the epoch and by ids going
+    # backwards, reported to `on_reset`, and recovered from by restarting ids above everything seen.
+    # Per-publish max_backlog_size/age overrides are remembered by this process (the first publish after a
+    # restart falls back to the store defaults until it passes them again).
+    class Redis
+      DEFAULT_URL = "redis://127.0.0.1:6379/0"
+      DEFAULT_POOL = 5
+      DEFAULT_MAX_GLOBAL_BACKLOG_SIZE = 10_000
+      LEASE_TTL = 30 # seconds; renewed every third of it while held
+      RETRIES = [0.05, 0.2, 0.5].freeze # backoff for reads after a lost connection
+
+      attr_reader :url, :namespace
+
+      def initialize(url: ENV.fetch("REDIS_URL", DEFAULT_URL), namespace: "herald", pool: DEFAULT_POOL,
+        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE,
+        max_global_backlog_size: DEFAULT_MAX_GLOBAL_BACKLOG_SIZE, on_reset: nil, connect_timeout: 1.0)
+        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        @url = url
+        @config = RedisClient.config(url: url, connect_timeout: connect_timeout, reconnect_attempts: 0)
+        @namespace = namespace
+        @max_backlog_size = max_backlog_size
+        @max_backlog_age = max_backlog_age
+        @max_global = max_global_backlog_size
+        @on_reset = on_reset || ->(old, new) { warn "[herald] Redis store #{namespace} was reset (epoch #{old} -> #{new}): ids restart above the old ones" }
+        @meta_key = "#{namespace}:meta"
+        @ids_key = "#{namespace}:ids"
+        @global_key = "#{namespace}:global"
+        @wake_channel = "#{namespace}:wake"
+        @channel_keys = {}
+        @retention = {}
+        @epoch = nil # the epoch this instance last saw
+        @high = 0 # the highest global id this instance has seen
+        @next_epoch = Store.new_epoch
+        @leases = {}
+        @closed = false
+        @pool = Pool.new(size: pool, timeout: 5, connect: -> { connect }, close: ->(c) { c.close },
+          abandon: ->(_) {}, broken: ->(e) { e.is_a?(RedisClient::ConnectionError) })
+        @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {})
+        @fork_hook = ForkTracker.after_fork { after_fork }
+      end
+
+      def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
+        site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
+        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        raise ClosedError, "store is closed" if @closed
+        key = Store.channel_key(channel, site_id)
+        size, age = retention(key, max_backlog_size, max_backlog_age)
+        created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
+        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
+        gid, mid, epoch, reset = evalsha(Scripts::APPEND, [@meta_key, @ids_key, channel_key(key), @global_key,
+          key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel])
+        saw(epoch, gid, reset == 1)
+        @notifier.notify(gid)
+        Message.new(global_id: gid, message_id: mid, channel: channel, payload: payload, codec: codec,
+          created_at: created_at, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
+      end
+
+      def last_id(channel, site_id: nil)
+        read { |r| r.call_v(["HGET", @ids_key, Store.channel_key(channel, site_id)]) }.to_i
+      end
+
+      def last_ids(channels, site_id: nil)
+        return {} if channels.empty?
+        ids = read { |r| r.call_v(["HMGET", @ids_key, *channels.map { |c| Store.channel_key(c, site_id) }]) }
+        channels.each_with_index.to_h { |c, i| [c, ids[i].to_i] }
+      end
+
+      def last_global_id
+        epoch, gid = read { |r| r.call_v(["HMGET", @meta_key, "epoch", "gid"]) }
+        observe(epoch, gid.to_i)
+      end
+
+      def backlog(channel, last_id = 0, site_id: nil)
+        records = read { |r| r.call_v(["ZRANGEBYSCORE", channel_key(Store.channel_key(channel, site_id)), "(#{last_id}", "+inf"]) }
+        Packed.decode_all(records, channel)
+      end
+
+      def global_backlog(last_id = 0, limit: nil)
+        command = ["ZRANGEBYSCORE", @global_key, "(#{last_id}", "+inf"]
+        command.push("LIMIT", 0, limit) if limit
+        Packed.decode_all(read { |r| r.call_v(command) })
+      end
+
+      def epoch
+        read { |r| r.call_v(["HSETNX", @meta_key, "epoch", @next_epoch]) }
+        last_global_id
+        @epoch
+      end
+
+      def wait(last_global_id, timeout:)
+        raise ClosedError, "store is closed" if @closed
+        @notifier.wait(last_global_id, timeout)
+      end
+
+      def load_cursor(name) = read { |r| r.call_v(["HGET", "#{@namespace}:cursors", name]) }.to_i
+
+      def save_cursor(name, global_id)
+        write { |r| r.call_v(["HSET", "#{@namespace}:cursors", name, global_id]) }
+      end
+
+      def lease(name)
+        key = "#{@namespace}:lease:#{name}"
+        token = Store.new_epoch
+        return nil unless write { |r| r.call_v(["SET", key, token, "NX", "PX", LEASE_TTL * 1000]) }
+        @leases[key] = token
+        start_renewer
+        Lease.new do
+          @leases.delete(key)
+          write { |r| evalsha_with(r, Scripts::RELEASE, [key, token], keys: 1) } unless @closed
+        end
+      end
+
+      # Forget connections and threads inherited from the parent. Runs by itself in a forked child
+      # (Process._fork); call it yourself after a fork Ruby cannot see.
+      def after_fork
+        @pool.after_fork
+        @leases.clear # the parent still holds them
+        @renewer = nil
+      end
+
+      def close
+        return if @closed
+        @closed = true
+        ForkTracker.remove(@fork_hook)
+        @notifier.stop
+        @renewer&.kill
+        @leases.each_key { |k| write { |r| r.call_v(["DEL", k]) } rescue nil } # standard:disable Style/RescueModifier
+        @pool.close
+      end
+
+      private
+
+      def connect
+        @config.new_client
+      end
+
+      def channel_key(key)
+        @channel_keys[key] ||= begin
+          @channel_keys.clear if @channel_keys.size > 10_000
+          "#{@namespace}:ch:#{key}"
+        end
+      end
+
+      def retention(key, size, age)
+        if size || age
+          stored = (@retention[key] ||= [@max_backlog_size, @max_backlog_age])
+          stored[0] = size if size
+          stored[1] = age if age
+          return stored
+        end
+        @retention.fetch(key) { [@max_backlog_size, @max_backlog_age] }
+      end
+
+      def clock_floor = Time.now.to_i << 20
+
+      def evalsha(script, args)
+        write { |r| evalsha_with(r, script, args, keys: 4) }
+      end
+
+      def evalsha_with(redis, script, args, keys:)
+        redis.call_v(["EVALSHA", script.sha, keys, *args])
+      rescue RedisClient::CommandError => e
+        raise unless e.message.start_with?("NOSCRIPT")
+        redis.call_v(["EVAL", script.source, keys, *args])
+      end
+
+      # Writes are not retried after a lost connection: the script may have run. Reads are.
+      def write(&block)
+        @pool.with(&block)
+      rescue RedisClient::ReadOnlyError => e
+        raise ReplicaReadOnlyError, "Redis at #{@url} is a read-only replica (#{e.message.lines.first.strip}): point the store at the primary"
+      rescue RedisClient::CommandError => e
+        raise StoreError, "Redis refused the command: #{e.message}"
+      rescue RedisClient::ConnectionError => e
+        raise ConnectionError, "Redis at #{@url} is unreachable: #{e.message}"
+      end
+
+      def read(&block)
+        attempt = 0
+        begin
+          @pool.with(&block)
+        rescue RedisClient::ConnectionError => e
+          raise ConnectionError, "Redis at #{@url} is unreachable: #{e.message}" if attempt >= RETRIES.size || @closed
+          sleep RETRIES[attempt]
+          attempt += 1
+          retry
+        end
+      end
+
+      # Records what the server answered; a changed epoch or ids going backwards is a reset.
+      def observe(epoch, gid)
+        if @epoch && (epoch.nil? || gid < @high)
+          epoch, gid = write { |r| evalsha_with(r, Scripts::RECOVER, [@meta_key, @high, clock_floor, @next_epoch], keys: 1) }
+        end
+        saw(epoch, gid, false)
+        gid
+      end
+
+      def saw(epoch, gid, reset)
+        @high = gid if gid > @high
+        return if epoch.nil? || epoch == @epoch
+        old = @epoch
+        @epoch = epoch
+        @next_epoch = Store.new_epoch if epoch == @next_epoch
+        @on_reset.call(old, epoch) if old || reset
+      end
+
+      # The notifier's listener: a dedicated connection in SUBSCRIBE mode, blocking on the socket.
+      def listen(notifier)
+        client = @config.new_client(read_timeout: 5)
+        pubsub = client.pubsub
+        pubsub.call_v(["SUBSCRIBE", @wake_channel])
+        pubsub.next_event(5) # the subscribe confirmation
+        notifier.ready(last_global_id)
+        until @closed
+          event = pubsub.next_event(5) or next
+          notifier.notify(event[2].to_i) if event[0] == "message"
+        end
+      ensure
+        pubsub&.close
+      end
+
+      def renew_leases
+        @leases.dup.each { |key, token| write { |r| evalsha_with(r, Scripts::RENEW, [key, token, LEASE_TTL * 1000], keys: 1) } }
+      rescue Herald::Error
+        nil # the next round tries again; a lease lost meanwhile is lost (its TTL let another owner in)
+      end
+
+      def start_renewer
+        return if @renewer&.alive?
+        @renewer = Thread.new do
+          until @closed || @leases.empty?
+            sleep LEASE_TTL / 3.0
+            renew_leases
+          end
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,67 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require_relative "../support/servers"
+require_relative "contract"
+require_relative "networked_contract"
+
+class RedisStoreTest < Minitest::Test
+  include StoreContract
+  include NetworkedStoreContract
+
+  def build_store(**options)
+    Herald::Store::Redis.new(url: url, namespace: "t#{SecureRandom.hex(6)}", on_reset: ->(*) {}, **options)
+  end
+
+  def twin_store(store, **options)
+    Herald::Store::Redis.new(url: url, namespace: store.namespace, **options).tap { |s| @stores << s }
+  end
+
+  def url = Herald::TestServers.redis_url
+
+  # A restart without persistence: the backlog and every counter are gone.
+  def disrupt!
+    if Herald::TestServers.spawned_redis?
+      Herald::TestServers.restart_redis!
+    else
+      redis = RedisClient.new(url: url)
+      keys = redis.call("KEYS", "#{@store.namespace}:*")
+      redis.call("DEL", *keys) unless keys.empty?
+      redis.call("CLIENT", "KILL", "TYPE", "pubsub")
+    end
+  end
+
+  def test_reader_survives_a_redis_restart_without_duplicates_and_reports_the_reset
+    assert_reader_survives_disruption(expect_reset: true)
+    assert_operator @store.last_id("/d"), :>, 20, "channel ids restart above the old ones"
+  end
+
+  def test_flush_is_detected_and_ids_never_go_backwards
+    resets = []
+    s = store(on_reset: ->(old, new) { resets << [old, new] })
+    first = append("/a", 1, store: s)
+    epoch = s.epoch
+    RedisClient.new(url: url).call("DEL", "#{s.namespace}:meta", "#{s.namespace}:ids")
+    second = append("/a", 2, store: s)
+    assert_operator second.global_id, :>, first.global_id
+    assert_operator second.message_id, :>, first.message_id
+    assert_equal [[epoch, s.epoch]], resets
+    refute_equal epoch, s.epoch
+  end
+
+  def test_a_read_only_replica_is_a_named_error
+    replica = Herald::TestServers.redis_replica_url
+    s = Herald::Store::Redis.new(url: replica, namespace: "ro")
+    error = assert_raises(Herald::ReplicaReadOnlyError) { append("/a", 1, store: s) }
+    assert_match(/primary/, error.message)
+    assert_kind_of Herald::ReadOnlyError, error
+  ensure
+    s&.close
+  end
+
+  def test_store_from_url
+    s = Herald::Store.from_url(url)
+    assert_instance_of Herald::Store::Redis, s
+    s.close
+  end
+end
