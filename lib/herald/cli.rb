@@ -110,3 +110,4 @@ module Herald
 end
 require_relative "cli/check"
 require_relative "cli/events"
+require_relative "cli/migrate"
