@@ -109,3 +109,4 @@ module Herald
   end
 end
 require_relative "cli/check"
+require_relative "cli/migrate"
