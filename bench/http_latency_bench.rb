@@ -9,7 +9,7 @@ require "herald"
 require "json"
 
 CLIENTS = [(1000 * Bench::SCALE).to_i, 10].max
-ROUNDS = 3
+ROUNDS = 5
 
 def measure(server)
   command = [RbConfig.ruby, File.join(Bench::HTTP_ROOT, "bench/support/http_clients.rb"), "latency",
@@ -37,3 +37,10 @@ rows.each do |name, ms, missed|
   puts format("| %s | %.1f ms | %.1f ms | %.1f ms | %.2fx | %d |", name, p50, p99, ms.last, p99 / base_p99, missed)
 end
 puts
+if (herald = rows.find { |name, _| name.start_with?("Herald") }) && rows.size > 1
+  p99 = Bench.percentile(herald[1], 0.99)
+  puts format("Target (1,000 clients) p99 <= 25 ms and below message_bus: %.1f ms (%s). The client process shares the 2 cores with the " \
+    "server, so its own reading of %d sockets is part of the figure.", p99,
+    (p99 <= 25 && p99 < Bench.percentile(base[1], 0.99)) ? "met" : "missed by #{format("%.1f", p99 - 25)} ms", CLIENTS)
+  puts
+end

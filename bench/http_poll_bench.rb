@@ -64,6 +64,13 @@ Bench::IMPLS.empty? or Dir.mktmpdir("herald-wrk") do |tmp|
       rates.each { |name, list| s.add(name, Bench.median(list), baseline: name.start_with?("message_bus"), unit: "req/s") }
       s.add("Puma alone (404 from the app, same settings)", Bench.median(floor_rates), unit: "req/s")
     end
+    mb, herald = rates.values_at(*Bench::IMPLS.keys).map { |list| list && Bench.median(list) }
+    if mb && herald
+      floor = Bench.median(floor_rates)
+      puts format("Target >= 3x message_bus: %.2fx (%s). Puma's own per-request cost caps any middleware at %.2fx here; " \
+        "per request Herald adds %.0f us to Puma's %.0f us, message_bus %.0f us.\n\n", herald / mb,
+        (herald / mb >= 3) ? "met" : "missed", floor / mb, 1e6 / herald - 1e6 / floor, 1e6 / floor, 1e6 / mb - 1e6 / floor)
+    end
   end
 end
 

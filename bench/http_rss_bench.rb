@@ -42,3 +42,9 @@ rows.each do |name, before, after, ready, open, _|
     (after - before).fdiv(CLIENTS), ready, open)
 end
 puts
+if (herald = rows.find { |name, _| name.start_with?("Herald") })
+  per = (herald[2] - herald[1]).fdiv(CLIENTS)
+  puts format("Target <= 20 KB per client: %.1f KB (%s). RSS counts the process's memory, not the kernel's socket " \
+    "buffers.", per, (per <= 20) ? "met" : "missed")
+  puts
+end

@@ -33,6 +33,16 @@ Herald::Store.autoload :Postgres, File.expand_path("herald/store/postgres", __di
 require_relative "herald/subscription"
 require_relative "herald/bus"            # publish / subscribe / backlog over one store
 require_relative "herald/config"
+require_relative "herald/events/event_codec"     # events: Structs and Hashes as MessagePack with class tags
+require_relative "herald/events/instrumentation" # publish/process/retry/dead.herald (ActiveSupport or callbacks)
+require_relative "herald/events/subscriber"      # the Herald::Subscriber mixin
+require_relative "herald/events/registry"        # subscriber classes, event channels
+require_relative "herald/events/dead_letters"    # /herald/dead/<Subscriber>, replay
+require_relative "herald/events/delivery"        # one handler call: retries, backoff, dead letter
+require_relative "herald/events/worker"          # one deferred subscriber: cursor, lease, batches
+require_relative "herald/events/worker_pool"     # the threads, graceful shutdown
+require_relative "herald/events/runtime"         # publish_event, start_workers, shutdown, fork hook
+require_relative "herald/events/signals"         # SIGTERM -> graceful shutdown
 require_relative "herald/rack/wire"              # the bytes of a message on the wire, built once per process
 require_relative "herald/rack/poll_request"      # parsing and checking what a client sends
 require_relative "herald/rack/client"            # who polls, where it is, what it may see
@@ -65,6 +75,7 @@ module Herald
     # Closes the default bus and forgets it, so Herald.configure can be called again (tests, forks).
     def reset!
       @lock.synchronize do
+        Events.reset_runtime!
         @bus&.close
         @bus = nil
         @config = Config.new

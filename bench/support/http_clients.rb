@@ -31,14 +31,14 @@ class PollConnection
     @eof = false
   end
 
-  # Reads what is there; true once the connection was closed by the server.
+  # One read per readiness event (the selector is level-triggered: more data means ready again), so the
+  # client spends one syscall per reply; true once the connection was closed by the server.
   def read
-    loop do
-      chunk = @socket.read_nonblock(65_536, exception: false)
-      return false if chunk == :wait_readable
-      return @eof = true if chunk.nil?
-      @buffer << chunk
-    end
+    chunk = @socket.read_nonblock(65_536, exception: false)
+    return false if chunk == :wait_readable
+    return @eof = true if chunk.nil?
+    @buffer << chunk
+    false
   rescue Errno::ECONNRESET
     @eof = true
   end

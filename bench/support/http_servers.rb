@@ -32,6 +32,7 @@ module Bench
   def self.percentile(sorted, fraction) = sorted[((sorted.size - 1) * fraction).round]
 
   def self.store_note
-    "Herald uses its default store, the embedded log (fsync :interval); message_bus uses its memory backend."
+    "Herald uses its default store, the embedded log (fsync :interval); message_bus uses its memory backend. " \
+      "Load average #{File.read("/proc/loadavg").split.first(3).join(" ")} at the start (2 cores shared with other work)."
   end
 end

@@ -109,3 +109,5 @@ module Herald
   end
 end
 require_relative "cli/check"
+require_relative "cli/events"
+require_relative "cli/migrate"

@@ -52,4 +52,13 @@ module Herald
       super(message)
     end
   end
+
+  # An event names a class this process has not loaded: require the file defining it before workers start.
+  class UnknownEventClassError < Error; end
+
+  # An event the event codec cannot carry: publish a Struct, a Hash, or plain JSON-like values.
+  class EventEncodingError < Error; end
+
+  # A subscriber class is declared wrongly (no name, nothing subscribed to, an unknown option).
+  class SubscriberError < ConfigurationError; end
 end

@@ -67,6 +67,19 @@ class FalconTest < Minitest::Test
     end
   end
 
+  # The streaming body itself through Rack::Lint (Rack 3 checks `call(stream)` bodies), under a fiber scheduler.
+  def test_streaming_body_passes_rack_lint
+    @bus.publish("/chat", "old")
+    response = nil
+    Sync do
+      refute_nil Fiber.scheduler, "the middleware answers with a streaming body only under a fiber scheduler"
+      response = ::Rack::MockRequest.new(::Rack::Lint.new(@mw)).post("/message-bus/lint/poll",
+        :input => JSON.generate("/chat" => 0), "CONTENT_TYPE" => JSON_TYPE, "SERVER_PROTOCOL" => "HTTP/1.1")
+    end
+    assert_equal 200, response.status
+    assert_equal [["old"], []], segments(response.body).map { |s| ids(s) }
+  end
+
   def test_sse_through_a_streaming_body
     socket = @client.request("", method: "GET", type: nil, path: "/message-bus/c1/sse?%2Fchat=")
     parked(@mw)

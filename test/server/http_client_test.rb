@@ -40,6 +40,17 @@ class HTTPClientTest < Minitest::Test
     assert_equal ["live", 3], pop(received)
   end
 
+  def test_messages_published_by_another_process_reach_a_streaming_client
+    skip "herald publish writes Herald's log, not message_bus's" unless Herald::SpawnedServer.impl == "herald"
+    received = Queue.new
+    client = client(enable_chunked_encoding: true)
+    client.subscribe("/chat") { |data, message_id| received << [data["text"], message_id] }
+    channel = client.instance_variable_get(:@channels).fetch("/chat")
+    eventually(message: "the client never got its first reply") { channel.last_message_id == 0 }
+    id = @server.cli_publish("/chat", {"text" => "from herald publish"})
+    assert_equal ["from herald publish", id], pop(received)
+  end
+
   def test_sigint_stops_the_server_gracefully_with_clients_connected
     assert_receives(client(enable_chunked_encoding: true))
     status = nil

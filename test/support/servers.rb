@@ -89,6 +89,7 @@ module Herald
           "-h", "127.0.0.1", "-k", dir, "-c", "fsync=off", "-c", "synchronous_commit=off",
           "-c", "full_page_writes=off", "-c", "max_connections=200", out: File::NULL, err: "#{dir}/log")
         wait_for_port(port)
+        wait_until_accepting(port)
         at_exit { stop(pid, :INT) && FileUtils.rm_rf(dir) }
         {url: "postgres://herald@127.0.0.1:#{port}/postgres", port: port, dir: dir, pid: pid}
       end
@@ -113,6 +114,15 @@ module Herald
           raise Unavailable, "server on port #{port} did not start" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
           sleep 0.02
           retry
+        end
+      end
+
+      # The port opens before PostgreSQL accepts sessions ("the database system is starting up").
+      def wait_until_accepting(port, timeout: 10)
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+        until system(File.join(PG_BIN, "pg_isready"), "-q", "-h", "127.0.0.1", "-p", port.to_s)
+          raise Unavailable, "PostgreSQL on port #{port} did not accept sessions" if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+          sleep 0.05
         end
       end
 

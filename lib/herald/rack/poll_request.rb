@@ -22,7 +22,7 @@ module Herald
 
       def self.from_env(env, max_body_bytes:, max_channels:)
         if (forced = env["message_bus.channels"])
-          return build(forced, max_channels).tap { |r| r.instance_variable_set(:@seq, env["message_bus.seq"].to_i) }
+          return build(forced.merge("__seq" => env["message_bus.seq"].to_i), max_channels)
         end
         build(read_pairs(env, max_body_bytes), max_channels)
       end

@@ -27,7 +27,7 @@ module Herald
         begin
           result = yield conn
         rescue Exception => e # standard:disable Lint/RescueException
-          if @broken.call(e)
+          if @broken.call(e, conn)
             discard(conn)
             conn = nil
           end

@@ -50,7 +50,7 @@ module Herald
         @leases = {}
         @closed = false
         @pool = Pool.new(size: pool, timeout: 5, connect: -> { connect }, close: ->(c) { c.close },
-          abandon: ->(_) {}, broken: ->(e) { e.is_a?(RedisClient::ConnectionError) })
+          abandon: ->(_) {}, broken: ->(e, _) { e.is_a?(RedisClient::ConnectionError) })
         @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {})
         @fork_hook = ForkTracker.after_fork { after_fork }
       end

@@ -1,0 +1,77 @@
+# frozen_string_literal: true
+
+module Herald
+  module Events
+    # Events a deferred subscriber gave up on, kept in the store on `/herald/dead/<Subscriber>` as
+    # MessagePack maps (any process can read them without the app's classes): the original message's
+    # ids, channel, codec and payload bytes, and the error's class and message. The subscriber's cursor
+    # moves past the event; `herald replay` (or DeadLetters#replay) runs the handler again.
+    class DeadLetters
+      PREFIX = "/herald/dead/"
+      # A dead-letter channel keeps the latest 10,000 (message_bus-style retention by count).
+      MAX_BACKLOG_SIZE = 10_000
+
+      # One dead letter, as listed by `herald dead`.
+      Letter = Struct.new(:id, :subscriber, :global_id, :channel, :error, :error_message, :attempts, :failed_at, :message,
+        keyword_init: true)
+
+      def self.channel(name) = "#{PREFIX}#{name}"
+
+      def initialize(store)
+        @store = store
+      end
+
+      def bury(name, msg, error, attempts)
+        data = {"subscriber" => name, "global_id" => msg.global_id, "message_id" => msg.message_id,
+                "channel" => msg.channel, "created_at" => msg.created_at, "codec" => msg.codec.id,
+                "payload" => msg.payload.b, "error" => error.class.name, "error_message" => error.message.to_s,
+                "attempts" => attempts, "failed_at" => Process.clock_gettime(Process::CLOCK_REALTIME)}
+        @store.append(self.class.channel(name), Codec::Msgpack.encode(data), codec: Codec::Msgpack,
+          max_backlog_size: MAX_BACKLOG_SIZE)
+      end
+
+      # Every dead letter of every subscriber (or of one), oldest first.
+      def list(name = nil)
+        msgs = name ? @store.backlog(self.class.channel(name), 0) : dead_messages
+        msgs.map { |m| letter(m) }
+      end
+
+      # Runs `subscriber`'s handler once on each of its dead letters with id >= from. Returns
+      # [[Letter, nil or the error it raised again], ...]; failures stay in the dead-letter channel.
+      def replay(subscriber, from: 1)
+        handler = subscriber.new
+        @store.backlog(self.class.channel(subscriber.subscriber_name), from - 1).map do |m|
+          letter = letter(m)
+          original = letter.message
+          [letter, run(subscriber, handler, original)]
+        end
+      end
+
+      private
+
+      def dead_messages
+        @store.global_backlog(0).select { |m| m.channel.start_with?(PREFIX) }
+      end
+
+      def letter(m)
+        d = m.data
+        original = Message.new(global_id: d["global_id"], message_id: d["message_id"], channel: d["channel"],
+          payload: d["payload"], codec: Codec.fetch(d["codec"]), created_at: d["created_at"])
+        Letter.new(id: m.message_id, subscriber: d["subscriber"], global_id: d["global_id"], channel: d["channel"],
+          error: d["error"], error_message: d["error_message"], attempts: d["attempts"], failed_at: d["failed_at"],
+          message: original)
+      end
+
+      def run(subscriber, handler, original)
+        payload = {subscriber: subscriber.subscriber_name, event: nil, message: original, attempt: 1, replay: true}
+        Instrumentation.instrument(Delivery::PROCESS, payload) do
+          payload[:event] = original.data
+          handler.call(payload[:event], original)
+        end
+        nil
+      rescue => e
+        e
+      end
+    end
+  end
+end

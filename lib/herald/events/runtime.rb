@@ -1,0 +1,116 @@
+# frozen_string_literal: true
+
+module Herald
+  module Events
+    # Event channels keep this many events each (message_bus-style retention by count): a deferred
+    # subscriber that falls further behind than this on one channel misses the oldest. Raise it for
+    # bursty producers; the Log store keeps retained messages indexed in memory.
+    DEFAULT_MAX_BACKLOG_SIZE = 100_000
+    DEFAULT_THREADS = 2
+
+    # This process's side of events: publishing (with sync subscribers) and the worker pool of the
+    # deferred ones. Workers start on the first publish_event (or Herald.start_workers) and after a fork
+    # start afresh in the child on its first call.
+    class Runtime
+      PUBLISH = "publish.herald"
+
+      attr_accessor :max_backlog_size, :threads
+
+      def initialize
+        @lock = Mutex.new
+        @pool = nil
+        @started = false
+        @stopped = false
+        @max_backlog_size = DEFAULT_MAX_BACKLOG_SIZE
+        @threads = DEFAULT_THREADS
+      end
+
+      # Stores the event, runs the synchronous subscribers, returns the stored Herald::Message.
+      # A synchronous subscriber's exception propagates out of here: the event is already stored (deferred
+      # subscribers still get it) and the sync subscribers after the failing one do not run.
+      def publish(event, channel, bus)
+        registry = Events.registry
+        channel ||= registry.channel_for(event.class)
+        raise ArgumentError, "channel must be a String starting with /, got #{channel.inspect}" unless channel.start_with?("/")
+        start(bus) unless @started
+        return store(event, channel, bus, registry) unless Instrumentation.listening?(PUBLISH)
+        Instrumentation.instrument(PUBLISH, {channel: channel, event: event}) { store(event, channel, bus, registry) }
+      end
+
+      def start(bus, threads: @threads)
+        @lock.synchronize do
+          return @pool if @started || @stopped
+          @started = true
+          deferred = Events.registry.deferred
+          @pool = WorkerPool.new(store: bus.store, subscribers: deferred, threads: threads) unless deferred.empty?
+        end
+      end
+
+      def running? = !@pool.nil?
+
+      def workers = @pool ? @pool.workers : []
+
+      # Graceful: see WorkerPool#shutdown. Later publishes are still stored; no workers start again.
+      def shutdown(timeout:)
+        pool = @lock.synchronize do
+          @stopped = true
+          @pool.tap { @pool = nil }
+        end
+        pool ? pool.shutdown(timeout: timeout) : true
+      end
+
+      def after_fork
+        @pool&.forget_after_fork
+        @pool = nil
+        @started = false
+        @lock = Mutex.new
+      end
+
+      private
+
+      def store(event, channel, bus, registry)
+        msg = bus.store.append(channel, Codec::Event.encode(event), codec: Codec::Event,
+          max_backlog_size: @max_backlog_size)
+        registry.sync_for(event.class, channel).each { |s| s.new.call(event, msg) }
+        msg
+      end
+    end
+
+    @runtime = Runtime.new
+
+    class << self
+      attr_reader :runtime
+
+      def reset_runtime!(timeout: 1)
+        @runtime.shutdown(timeout: timeout)
+        @runtime = Runtime.new
+      end
+    end
+
+    # Threads do not survive fork: the child drops its copy of the parent's workers (and their lease
+    # files, so a lease is freed when its real owner dies) and starts its own on first use.
+    module ForkHook
+      def _fork
+        pid = super
+        Events.runtime.after_fork if pid == 0
+        pid
+      end
+    end
+    Process.singleton_class.prepend(ForkHook)
+  end
+
+  class << self
+    # Publishes an event on its class's channel ("/events/user_registered") or `channel:`. Returns the
+    # message id (per channel, as publish does).
+    def publish_event(event, channel: nil) = Events.runtime.publish(event, channel, bus).message_id
+
+    # Starts the deferred subscribers' workers now rather than on the first publish_event
+    # (worker-only processes).
+    def start_workers(threads: Events.runtime.threads) = Events.runtime.start(bus, threads: threads)
+
+    # Stops the workers: see Herald::Events::WorkerPool#shutdown. True when no work was abandoned.
+    def shutdown(timeout: 25) = Events.runtime.shutdown(timeout: timeout)
+
+    def dead_letters = Events::DeadLetters.new(bus.store)
+  end
+end

@@ -1,0 +1,125 @@
+# frozen_string_literal: true
+
+module Herald
+  module Events
+    # One deferred subscriber in this process: a reader of the whole log with a durable cursor (the last
+    # global id it is done with), saved through the store's save_cursor.
+    #
+    # Only the process holding the subscriber's lease reads (store.lease: an flock for the Log store, so the
+    # kernel frees it when the owner dies); the others try again every LEASE_RETRY seconds and, once they
+    # get it, resume after the saved cursor. That is what makes "once per subscriber across processes".
+    #
+    # Throughput: it reads BATCH messages per store call, compares channel strings before decoding
+    # anything (the verdict is cached per channel), decodes only matching messages, and saves the cursor
+    # at most every SAVE_EVERY seconds while busy (at-least-once allows replaying that much after a
+    # crash), and exactly when idle or stopping.
+    class Worker
+      BATCH = 1000
+      SAVE_EVERY = 0.05
+      CHECK_EVERY = 32
+      LEASE_RETRY = 0.5
+      MATCH_CACHE_LIMIT = 10_000
+
+      attr_reader :subscriber, :name, :cursor
+
+      def initialize(subscriber, store:, stopper:)
+        @subscriber = subscriber
+        @name = subscriber.subscriber_name
+        @store = store
+        @stopper = stopper
+        @delivery = Delivery.new(subscriber, subscriber.new, dead_letters: DeadLetters.new(store), stopper: stopper)
+        @channels = subscriber.herald_targets.grep(String).freeze
+        @classes = subscriber.herald_targets.grep(Module).freeze
+        @match = {}
+        @lease = nil
+        @next_lease_try = 0.0
+        @cursor = 0
+        @saved = 0
+        @saved_at = 0.0
+      end
+
+      # Processes one batch. True when it did some work (the pool then skips waiting).
+      def step
+        return false unless owner?
+        batch = @store.global_backlog(@cursor, limit: BATCH)
+        if batch.empty?
+          save_cursor if @cursor != @saved
+          return false
+        end
+        process(batch)
+        save_cursor if monotonic - @saved_at >= SAVE_EVERY
+        true
+      end
+
+      # Saves the exact cursor and lets another process take over. Called once the thread has stopped.
+      def finish
+        return unless @lease
+        save_cursor if @cursor != @saved
+      ensure
+        release
+      end
+
+      # In a forked child: the parent's lease is the parent's; drop this copy without saving anything.
+      def forget_after_fork = release
+
+      def owner? = !@lease.nil? || acquire
+
+      private
+
+      # Slow handlers make a batch long: the clock is looked at every CHECK_EVERY events too.
+      def process(batch)
+        batch.each_with_index do |msg, i|
+          break if @stopper.stopped?
+          break if match?(msg) && !@delivery.deliver(msg) # a shutdown cut its retries short: not done
+          @cursor = msg.global_id
+          save_cursor if i % CHECK_EVERY == 0 && monotonic - @saved_at >= SAVE_EVERY
+        end
+      end
+
+      def acquire
+        now = monotonic
+        return false if now < @next_lease_try
+        @next_lease_try = now + LEASE_RETRY
+        @lease = @store.lease(@name) or return false
+        @cursor = @saved = @store.load_cursor(@name)
+        true
+      end
+
+      def release
+        @lease&.release
+        @lease = nil
+      end
+
+      def save_cursor
+        @store.save_cursor(@name, @cursor)
+        @saved = @cursor
+        @saved_at = monotonic
+      end
+
+      def match?(msg)
+        channel = msg.channel
+        verdict = @match[channel]
+        return verdict unless verdict.nil?
+        verdict = @channels.include?(channel) || class_match?(msg)
+        if !verdict.nil? && (@classes.empty? || channel.start_with?(EVENTS_PREFIX))
+          @match.clear if @match.size >= MATCH_CACHE_LIMIT
+          @match[channel] = verdict
+        end
+        verdict
+      end
+
+      # Event channels hold one class each, so one decode per channel decides; elsewhere every Event-coded
+      # message is looked at.
+      def class_match?(msg)
+        return false if @classes.empty? || !msg.codec.equal?(Codec::Event)
+        klass = msg.data.class
+        @classes.any? { |c| klass <= c }
+      rescue UnknownEventClassError => e
+        warn "[herald] #{@name}: skipping #{msg.channel} ##{msg.global_id}: #{e.message}"
+        nil # undecided: not cached, so the channel is looked at again once the class is loaded
+      end
+
+      def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    end
+  end
+end

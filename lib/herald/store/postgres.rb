@@ -1,0 +1,240 @@
+# frozen_string_literal: true
+
+require "pg"
+require_relative "postgres/schema"
+
+module Herald
+  module Store
+    # Messages in PostgreSQL, shared by every process and host on the same database.
+    #
+    #   Herald::Store::Postgres.new(url: ENV["DATABASE_URL"], table: "herald", pool: 5,
+    #     max_backlog_size: 1000, max_backlog_age: 7 * 86400, migrate: true)
+    #
+    # A publish is one call of a PL/pgSQL function (Schema); a backlog is one prepared SELECT whose rows
+    # come back in binary as raw records (Store::Packed). Wakeups use LISTEN/NOTIFY on a dedicated
+    # connection. Leases are session advisory locks: a process that dies frees them with its connection.
+    # Reads are retried with backoff after a lost connection (readers keep their place: no loss, no
+    # duplicate); a publish is not retried, since it may have committed: the caller decides.
+    class Postgres
+      DEFAULT_URL = "postgres://localhost/herald"
+      DEFAULT_POOL = 5
+      RETRIES = [0.05, 0.2, 0.5, 1.0].freeze
+      LOST = [PG::ConnectionBad, PG::UnableToSend, PG::AdminShutdown].freeze
+      STATEMENTS = {
+        "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4)",
+        "backlog" => "SELECT record FROM %<t>s_messages WHERE key = $1 AND message_id > $2 ORDER BY message_id",
+        "global" => "SELECT record FROM %<t>s_messages WHERE global_id > $1 ORDER BY global_id LIMIT $2",
+        "last_id" => "SELECT last_id FROM %<t>s_channels WHERE key = $1",
+        "last_ids" => "SELECT key, last_id FROM %<t>s_channels WHERE key = ANY($1::text[])",
+        "meta" => "SELECT global_id, epoch FROM %<t>s_meta WHERE id = 1",
+        "load_cursor" => "SELECT global_id FROM %<t>s_cursors WHERE name = $1",
+        "save_cursor" => "INSERT INTO %<t>s_cursors VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET global_id = EXCLUDED.global_id"
+      }.freeze
+
+      attr_reader :url, :table
+
+      def initialize(url: ENV.fetch("DATABASE_URL", DEFAULT_URL), table: "herald", pool: DEFAULT_POOL,
+        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, migrate: true,
+        on_reset: nil, connect_timeout: 2)
+        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        raise ArgumentError, "table must be a lowercase SQL identifier, got #{table.inspect}" unless /\A[a-z_][a-z0-9_]{0,40}\z/.match?(table)
+        @url = url
+        @table = table
+        @connect_options = {application_name: "herald", connect_timeout: connect_timeout}
+        @max_backlog_size = max_backlog_size
+        @max_backlog_age = max_backlog_age
+        @migrate = migrate
+        @on_reset = on_reset || ->(old, new) { warn "[herald] PostgreSQL store #{table} was reset (epoch #{old} -> #{new})" }
+        @statements = STATEMENTS.transform_values { |sql| format(sql, t: table) }
+        @retention = {}
+        @epoch = nil
+        @closed = false
+        @array_encoder = PG::TextEncoder::Array.new
+        @pool = Pool.new(size: pool, timeout: 5, connect: -> { connect }, close: ->(c) { c.close },
+          abandon: ->(c) { abandon(c) }, broken: ->(e, c) { LOST.any? { |k| e.is_a?(k) } || c.status != PG::CONNECTION_OK })
+        @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {})
+        @fork_hook = ForkTracker.after_fork { after_fork }
+      end
+
+      # Creates the tables and the append function (idempotent; concurrent callers wait on an advisory lock).
+      def migrate!
+        conn = PG.connect(@url, **@connect_options)
+        quiet(conn)
+        conn.transaction do
+          conn.exec("SELECT pg_advisory_xact_lock(hashtext('herald migrate #{@table}'))")
+          conn.exec(Schema.sql(@table, notify_channel))
+        end
+        self
+      ensure
+        conn&.close
+      end
+
+      def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
+        site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
+        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        raise ClosedError, "store is closed" if @closed
+        key = Store.channel_key(channel, site_id)
+        size, age = retention(key, max_backlog_size, max_backlog_age)
+        created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
+        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
+        row = write { |c| c.exec_prepared("append", [key, {value: tail, format: 1}, size, created_at + age]).values.first }
+        gid = row[0].to_i
+        @notifier.notify(gid)
+        Message.new(global_id: gid, message_id: row[1].to_i, channel: channel, payload: payload, codec: codec,
+          created_at: created_at, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
+      end
+
+      def last_id(channel, site_id: nil)
+        first_value(read { |c| c.exec_prepared("last_id", [Store.channel_key(channel, site_id)]) }).to_i
+      end
+
+      def last_ids(channels, site_id: nil)
+        keys = channels.to_h { |ch| [Store.channel_key(ch, site_id), ch] }
+        found = read { |c| c.exec_prepared("last_ids", [@array_encoder.encode(keys.keys)]).values }.to_h
+        channels.to_h { |ch| [ch, found[Store.channel_key(ch, site_id)].to_i] }
+      end
+
+      def last_global_id
+        gid, epoch = read { |c| c.exec_prepared("meta").values.first }
+        saw(epoch)
+        gid.to_i
+      end
+
+      def backlog(channel, last_id = 0, site_id: nil)
+        rows = read { |c| c.exec_prepared("backlog", [Store.channel_key(channel, site_id), last_id], 1).column_values(0) }
+        Packed.decode_all(rows, channel)
+      end
+
+      def global_backlog(last_id = 0, limit: nil)
+        Packed.decode_all(read { |c| c.exec_prepared("global", [last_id, limit], 1).column_values(0) })
+      end
+
+      def epoch
+        last_global_id
+        @epoch
+      end
+
+      def wait(last_global_id, timeout:)
+        raise ClosedError, "store is closed" if @closed
+        @notifier.wait(last_global_id, timeout)
+      end
+
+      def load_cursor(name) = first_value(read { |c| c.exec_prepared("load_cursor", [name]) }).to_i
+
+      def save_cursor(name, global_id)
+        write { |c| c.exec_prepared("save_cursor", [name, global_id]) }
+      end
+
+      # A session advisory lock on a connection of its own: held until released or the process dies.
+      def lease(name)
+        conn = connect
+        key = "herald lease #{@table} #{name}"
+        unless conn.exec_params("SELECT pg_try_advisory_lock(hashtext($1))", [key]).getvalue(0, 0) == "t"
+          conn.close
+          return nil
+        end
+        Lease.new { conn.close unless conn.finished? }
+      end
+
+      # Forget connections and threads inherited from the parent (runs by itself in a forked child).
+      def after_fork
+        @pool.after_fork
+      end
+
+      def close
+        return if @closed
+        @closed = true
+        ForkTracker.remove(@fork_hook)
+        @notifier.stop
+        @pool.close
+      end
+
+      private
+
+      # Lost connections surface as errors; libpq's own stderr notices (NOTICE, FATAL) would only be noise.
+      def quiet(conn)
+        conn.set_notice_processor { |_| }
+        conn.exec("SET client_min_messages TO warning")
+      end
+
+      def first_value(result) = (result.ntuples > 0) ? result.getvalue(0, 0) : nil
+
+      def notify_channel = "#{@table}_wake"
+
+      def connect
+        conn = PG.connect(@url, **@connect_options)
+        quiet(conn)
+        ensure_schema(conn)
+        @statements.each { |name, sql| conn.prepare(name, sql) }
+        conn
+      rescue PG::ConnectionBad => e
+        raise ConnectionError, "PostgreSQL at #{@url} is unreachable: #{e.message.strip}"
+      end
+
+      def ensure_schema(conn)
+        return if @schema_ready || !@migrate
+        migrate! unless conn.exec("SELECT to_regprocedure('#{@table}_append(text,bytea,bigint,float8)')").getvalue(0, 0)
+        @schema_ready = true
+      end
+
+      # A connection made before a fork: point its socket at /dev/null so nothing (not even the close
+      # that garbage collection does) talks to the parent's server session.
+      def abandon(conn)
+        conn.socket_io.reopen(IO::NULL)
+      rescue
+        nil
+      end
+
+      def retention(key, size, age)
+        if size || age
+          stored = (@retention[key] ||= [@max_backlog_size, @max_backlog_age])
+          stored[0] = size if size
+          stored[1] = age if age
+          return stored
+        end
+        @retention.fetch(key) { [@max_backlog_size, @max_backlog_age] }
+      end
+
+      def write(&block)
+        @pool.with(&block)
+      rescue *LOST => e
+        raise ConnectionError, "lost the connection to PostgreSQL at #{@url}: #{e.message.strip}"
+      rescue PG::ReadOnlySqlTransaction => e
+        raise ReadOnlyError, "PostgreSQL at #{@url} is read-only (#{e.message.strip}): point the store at the primary"
+      end
+
+      def read(&block)
+        attempt = 0
+        begin
+          @pool.with(&block)
+        rescue *LOST, ConnectionError => e
+          raise ConnectionError, "lost the connection to PostgreSQL at #{@url}: #{e.message.strip}" if attempt >= RETRIES.size || @closed
+          sleep RETRIES[attempt]
+          attempt += 1
+          retry
+        end
+      end
+
+      def saw(epoch)
+        return if epoch.nil? || epoch == @epoch
+        old = @epoch
+        @epoch = epoch
+        @on_reset.call(old, epoch) if old
+      end
+
+      # The notifier's listener: LISTEN on a dedicated connection, blocking in wait_for_notify.
+      def listen(notifier)
+        conn = PG.connect(@url, **@connect_options)
+        quiet(conn)
+        conn.exec("LISTEN #{notify_channel}")
+        notifier.ready(last_global_id)
+        until @closed
+          conn.wait_for_notify(5) { |_channel, _pid, payload| notifier.notify(payload.to_i) }
+          raise PG::ConnectionBad, "listener connection lost" if conn.status != PG::CONNECTION_OK
+        end
+      ensure
+        conn&.close
+      end
+    end
+  end
+end

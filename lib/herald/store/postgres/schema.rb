@@ -1,0 +1,50 @@
+# frozen_string_literal: true
+
+module Herald
+  module Store
+    class Postgres
+      # The tables and the append function, created by the store on first use or by `herald migrate`.
+      # Every name starts with the store's `table` prefix, so several buses can share one database.
+      #
+      # Ids are assigned in COMMIT order: the append function increments one counter row, whose row lock
+      # is held until the transaction commits, so a reader asking for "global_id > last" never sees a
+      # later id commit before an earlier one (a bigserial would let a slow commit be skipped).
+      module Schema
+        VERSION = 1
+
+        def self.sql(t, notify)
+          <<~SQL
+            CREATE TABLE IF NOT EXISTS #{t}_meta (id int PRIMARY KEY CHECK (id = 1), epoch text NOT NULL,
+              global_id bigint NOT NULL, version int NOT NULL);
+            INSERT INTO #{t}_meta VALUES (1, md5(random()::text || clock_timestamp()::text), 0, #{VERSION})
+              ON CONFLICT (id) DO NOTHING;
+            CREATE TABLE IF NOT EXISTS #{t}_channels (key text PRIMARY KEY, last_id bigint NOT NULL);
+            CREATE TABLE IF NOT EXISTS #{t}_messages (global_id bigint PRIMARY KEY, key text NOT NULL,
+              message_id bigint NOT NULL, expires_at float8 NOT NULL, record bytea NOT NULL);
+            CREATE UNIQUE INDEX IF NOT EXISTS #{t}_messages_key ON #{t}_messages (key, message_id);
+            CREATE TABLE IF NOT EXISTS #{t}_cursors (name text PRIMARY KEY, global_id bigint NOT NULL);
+            -- One round trip per publish: ids, the record (ids prepended to the client's tail: Store::Packed),
+            -- size trimming, an occasional age sweep, and the wakeup (delivered at commit).
+            CREATE OR REPLACE FUNCTION #{t}_append(p_key text, p_tail bytea, p_max_size bigint, p_expires float8,
+              OUT g bigint, OUT m bigint) LANGUAGE plpgsql AS $$
+            BEGIN
+              UPDATE #{t}_meta SET global_id = global_id + 1 WHERE id = 1 RETURNING global_id INTO g;
+              INSERT INTO #{t}_channels AS c (key, last_id) VALUES (p_key, 1)
+                ON CONFLICT (key) DO UPDATE SET last_id = c.last_id + 1 RETURNING c.last_id INTO m;
+              INSERT INTO #{t}_messages VALUES (g, p_key, m, p_expires,
+                float8send(g::float8) || float8send(m::float8) || p_tail);
+              IF m > p_max_size THEN
+                DELETE FROM #{t}_messages WHERE key = p_key AND message_id <= m - p_max_size;
+              END IF;
+              IF random() < 0.001 THEN
+                DELETE FROM #{t}_messages WHERE global_id IN (SELECT global_id FROM #{t}_messages
+                  WHERE expires_at < extract(epoch FROM clock_timestamp()) LIMIT 1000);
+              END IF;
+              PERFORM pg_notify('#{notify}', g::text);
+            END $$;
+          SQL
+        end
+      end
+    end
+  end
+end

@@ -1,0 +1,79 @@
+# frozen_string_literal: true
+
+require_relative "events_helper"
+require "open3"
+require "json"
+
+# publish/process/retry/dead.herald, through plain callbacks and through ActiveSupport::Notifications.
+# Each case runs in a fresh Ruby so "ActiveSupport is not loaded" really holds.
+class InstrumentationTest < Minitest::Test
+  include Herald::EventsTestSupport
+
+  SCRIPT = <<~RUBY
+    require "herald"
+    require "tmpdir"
+    require "json"
+    if ENV["WITH_AS"] == "1"
+      require "active_support"
+      require "active_support/notifications"
+    end
+    Ev = Struct.new(:n)
+    seen = Queue.new
+    if ENV["WITH_AS"] == "1"
+      %w[publish.herald process.herald retry.herald dead.herald].each do |name|
+        ActiveSupport::Notifications.subscribe(name) { |*, payload| seen << ["as", name, payload[:attempt] || payload[:attempts], payload[:error]&.class&.name] }
+      end
+    end
+    Herald::Instrumentation.subscribe do |name, payload, duration|
+      seen << ["cb", name, payload[:attempt] || payload[:attempts], (payload[:error] || payload[:exception_object])&.class&.name, duration.nil? ? nil : duration >= 0]
+    end
+    class Failing
+      include Herald::Subscriber
+      subscribe_to Ev
+      deferred
+      retry_on StandardError, attempts: 2, wait: 0.001
+      def call(event, message) = raise(KeyError, "nope")
+    end
+    Herald.configure { |c| c.store = Herald::Store::Log.new(dir: Dir.mktmpdir, fsync: :never) }
+    Herald.publish_event(Ev.new(1))
+    out = []
+    loop do
+      out << seen.pop
+      break if out.count { |e| e[1] == "dead.herald" } == (ENV["WITH_AS"] == "1" ? 2 : 1)
+    end
+    Herald.shutdown(timeout: 1)
+    puts JSON.generate(loaded: !!defined?(ActiveSupport), events: out)
+  RUBY
+
+  def run_script(with_as:)
+    lib = File.expand_path("../../lib", __dir__)
+    out, status = Open3.capture2e({"WITH_AS" => with_as ? "1" : "0"}, RbConfig.ruby, "-I", lib, "-e", SCRIPT)
+    assert status.success?, out
+    JSON.parse(out.lines.last)
+  end
+
+  def test_plain_callbacks_without_active_support
+    result = run_script(with_as: false)
+    refute result["loaded"], "ActiveSupport stayed unloaded"
+    assert_equal [["cb", "publish.herald", nil, nil, true], ["cb", "process.herald", 1, "KeyError", true],
+      ["cb", "retry.herald", 1, "KeyError", nil], ["cb", "process.herald", 2, "KeyError", true],
+      ["cb", "dead.herald", 2, "KeyError", nil]], result["events"]
+  end
+
+  def test_active_support_notifications_when_loaded
+    result = run_script(with_as: true)
+    assert result["loaded"]
+    as = result["events"].select { |e| e[0] == "as" }.map { |e| e[1] }
+    assert_equal %w[publish.herald process.herald retry.herald process.herald dead.herald], as
+    assert_equal as, result["events"].select { |e| e[0] == "cb" }.map { |e| e[1] }, "callbacks still get them"
+  end
+
+  def test_a_failing_callback_never_breaks_publishing
+    use_store(Herald::Store::Memory.new)
+    sub = Herald::Instrumentation.subscribe("publish.herald") { raise "broken listener" }
+    _, err = capture_io { assert_equal 1, Herald.publish_event(UserRegistered.new(user_id: 1)) }
+    assert_match(/broken listener/, err)
+  ensure
+    Herald::Instrumentation.unsubscribe(sub)
+  end
+end

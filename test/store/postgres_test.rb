@@ -1,0 +1,82 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require_relative "../support/servers"
+require_relative "contract"
+require_relative "networked_contract"
+require "herald/cli"
+
+class PostgresStoreTest < Minitest::Test
+  include StoreContract
+  include NetworkedStoreContract
+
+  def build_store(**options)
+    Herald::Store::Postgres.new(url: url, table: "t_#{SecureRandom.hex(5)}", **options)
+  end
+
+  def twin_store(store, **options)
+    Herald::Store::Postgres.new(url: url, table: store.table, **options).tap { |s| @stores << s }
+  end
+
+  def url = Herald::TestServers.postgres_url
+
+  # Kills every Herald session (pool, listener) server-side, as a failover or a DBA would.
+  def disrupt!
+    admin = PG.connect(url)
+    admin.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'herald' AND pid <> pg_backend_pid()")
+  ensure
+    admin&.close
+  end
+
+  def test_reader_survives_killed_connections_without_loss_or_duplicate
+    assert_reader_survives_disruption(expect_reset: false)
+  end
+
+  # Slow transactions from several sessions (FAULTS.md 3.9): a poller reading "global_id > last" must
+  # never skip an id that commits after a higher one (what a bigserial would do).
+  def test_ids_follow_commit_order_with_slow_concurrent_transactions
+    last = append("/warm", 0).global_id
+    seen = []
+    writers = 4.times.map do |t|
+      Thread.new do
+        conn = PG.connect(url)
+        5.times do |i|
+          tail = Herald::Store::Packed.tail("/slow", json_codec.encode([t, i]), json_codec, Time.now.to_f, 60, nil, nil, nil, nil)
+          conn.transaction do
+            conn.exec_params("SELECT * FROM #{@store.table}_append('/slow', $1, 1000, $2)", [{value: tail, format: 1}, Time.now.to_f + 60])
+            conn.exec("SELECT pg_sleep(random() * 0.02)")
+          end
+        end
+      ensure
+        conn&.close
+      end
+    end
+    Timeout.timeout(20) do
+      while seen.size < 20
+        @store.global_backlog(last).each { |m| seen << (last = m.global_id) }
+        sleep 0.001
+      end
+    end
+    writers.each(&:join)
+    assert_equal @store.global_backlog(0).map(&:global_id).drop(1), seen, "a poller never skips a late commit"
+  end
+
+  def test_migrate_command_creates_the_schema
+    table = "m_#{SecureRandom.hex(4)}"
+    out = StringIO.new
+    assert_equal 0, Herald::CLI.run(["migrate", "--url", url, "--table", table], out: out, err: out)
+    assert_match(/#{table}/, out.string)
+    s = Herald::Store::Postgres.new(url: url, table: table, migrate: false)
+    assert_equal 1, s.append("/m", json_codec.encode(1), codec: json_codec).message_id
+  ensure
+    s&.close
+  end
+
+  def test_store_from_url
+    %w[postgres postgresql].each do |scheme|
+      s = Herald::Store.from_url(url.sub(/\Apostgres/, scheme))
+      assert_instance_of Herald::Store::Postgres, s
+      s.close
+    end
+  end
+end
