@@ -24,6 +24,7 @@ TALLY = Tally.new
 
 class CountEvents
   include Herald::Subscriber
+
   subscribe_to UserRegistered
   deferred
 
