@@ -43,8 +43,8 @@ Dir.mktmpdir("herald-bench") do |tmp|
   Bench.section("Publish with fsync :always (group commit)",
     note: "Durable before publish returns. Baseline: one thread, one fsync per publish. Each publisher blocks until its " \
       "record is synced, so N publishers can share at most N records per fsync: N x the baseline is the ceiling (8x for 8 threads).") do |s|
-    s.measure("Herald Log :always, 1 thread", ops: 300, baseline: true, rounds: 3) { |n| n.times { always.publish(CHANNEL, DATA) } }
-    s.measure("Herald Log :always, 8 threads", ops: 3000, rounds: 3) { |n| threaded(8, n) { always.publish(CHANNEL, DATA) } }
+    s.measure("Herald Log :always, 1 thread", ops: 1000, baseline: true, rounds: 5) { |n| n.times { always.publish(CHANNEL, DATA) } }
+    s.measure("Herald Log :always, 8 threads", ops: 4000, rounds: 5) { |n| threaded(8, n) { always.publish(CHANNEL, DATA) } }
     s.measure("Herald Log :always, 32 threads", ops: 6000, rounds: 3) { |n| threaded(32, n) { always.publish(CHANNEL, DATA) } }
   end
 ensure

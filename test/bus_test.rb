@@ -118,4 +118,21 @@ class BusTest < Minitest::Test
     @bus.close
     assert_raises(Herald::ClosedError) { @bus.publish("/a", 1) }
   end
+
+  def test_a_forked_child_gets_its_own_dispatcher
+    @bus.subscribe("/a") { |_m| } # the parent's dispatcher thread exists now, and is not inherited
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      @bus.subscribe("/child") { |m| writer.puts(m.data) }
+      @bus.publish("/child", "from the child")
+      sleep 2
+      exit!(1)
+    end
+    writer.close
+    line = reader.wait_readable(5) && reader.gets
+    Process.kill(:KILL, pid)
+    Process.wait(pid)
+    assert_equal "from the child\n", line
+  end
 end

@@ -67,7 +67,8 @@ module Herald
       sub = Subscription.new(bus: self, channel: channel, site_id: site_id, last_id: last_id, catch_up: true, callback: block)
       @lock.synchronize do
         @pending << sub
-        @dispatcher ||= Thread.new { dispatch_loop }
+        # A forked child inherits the bus but not its dispatcher thread: start one again there.
+        @dispatcher = Thread.new { dispatch_loop } unless @dispatcher&.alive?
       end
       sub
     end

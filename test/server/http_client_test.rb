@@ -41,6 +41,7 @@ class HTTPClientTest < Minitest::Test
   end
 
   def test_messages_published_by_another_process_reach_a_streaming_client
+    skip "herald publish writes Herald's log, not message_bus's" unless Herald::SpawnedServer.impl == "herald"
     received = Queue.new
     client = client(enable_chunked_encoding: true)
     client.subscribe("/chat") { |data, message_id| received << [data["text"], message_id] }

@@ -14,7 +14,10 @@ module Herald
     # stop at a partial or damaged tail), so recovery cuts it and its ids are free to be assigned again;
     # every id ever returned or read stays taken. Old segments are deleted only after a STATE file saved
     # the last ids, so deleting records never lowers them. (Power loss in :interval or :never mode may
-    # lose the last unsynced records, and their ids, as the mode says.)
+    # lose the last unsynced records, and their ids, as the mode says. In :always mode a record becomes
+    # visible to readers when it is written, up to one fsync (~0.3 ms) before its publisher returns: a
+    # power loss in that window can take back a record a reader saw. Readers are not held back to the
+    # synced position, which would cost a shared watermark across processes.)
     class Log
       include Recovery
       include GroupCommit
