@@ -80,8 +80,7 @@ module Herald
         row = write { |c| c.exec_prepared("append", [key, {value: tail, format: 1}, size, created_at + age]).values.first }
         gid = row[0].to_i
         @notifier.notify(gid)
-        Message.new(global_id: gid, message_id: row[1].to_i, channel: channel, payload: payload, codec: codec,
-          created_at: created_at, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
+        Packed::Written.new(gid, row[1].to_i, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
       def last_id(channel, site_id: nil)

@@ -25,14 +25,38 @@ module Herald
       LEASE_TTL = 30 # seconds; renewed every third of it while held
       RETRIES = [0.05, 0.2, 0.5].freeze # backoff for reads after a lost connection
 
-      attr_reader :url, :namespace
+      attr_reader :url, :namespace, :driver
+
+      # :auto picks redis-client's C driver (the hiredis-client gem: replies parsed in C) when it is
+      # installed, else the pure-Ruby one. :ruby or :hiredis force one.
+      def self.driver(name)
+        case name
+        when :ruby then :ruby
+        when :hiredis
+          require "hiredis-client"
+          :hiredis
+        when :auto then hiredis? ? :hiredis : :ruby
+        else raise ArgumentError, "Unknown Redis driver #{name.inspect}, expected :auto, :ruby or :hiredis"
+        end
+      end
+
+      def self.hiredis?
+        return @hiredis unless @hiredis.nil?
+        @hiredis = begin
+          require "hiredis-client"
+          true
+        rescue LoadError
+          false
+        end
+      end
 
       def initialize(url: ENV.fetch("REDIS_URL", DEFAULT_URL), namespace: "herald", pool: DEFAULT_POOL,
         max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE,
-        max_global_backlog_size: DEFAULT_MAX_GLOBAL_BACKLOG_SIZE, on_reset: nil, connect_timeout: 1.0)
+        max_global_backlog_size: DEFAULT_MAX_GLOBAL_BACKLOG_SIZE, on_reset: nil, connect_timeout: 1.0, driver: :auto)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         @url = url
-        @config = RedisClient.config(url: url, connect_timeout: connect_timeout, reconnect_attempts: 0)
+        @driver = Redis.driver(driver)
+        @config = RedisClient.config(url: url, connect_timeout: connect_timeout, reconnect_attempts: 0, driver: @driver)
         @namespace = namespace
         @max_backlog_size = max_backlog_size
         @max_backlog_age = max_backlog_age
@@ -64,11 +88,10 @@ module Herald
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
         gid, mid, epoch, reset = evalsha(Scripts::APPEND, [@meta_key, @ids_key, channel_key(key), @global_key,
-          key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel])
+          key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel, size / 16])
         saw(epoch, gid, reset == 1)
         @notifier.notify(gid)
-        Message.new(global_id: gid, message_id: mid, channel: channel, payload: payload, codec: codec,
-          created_at: created_at, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
+        Packed::Written.new(gid, mid, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
       def last_id(channel, site_id: nil)
@@ -86,9 +109,12 @@ module Herald
         observe(epoch, gid.to_i)
       end
 
+      # Newest first, at most the channel's size (trimming is batched), then put back in order.
       def backlog(channel, last_id = 0, site_id: nil)
-        records = read { |r| r.call_v(["ZRANGEBYSCORE", channel_key(Store.channel_key(channel, site_id)), "(#{last_id}", "+inf"]) }
-        Packed.decode_all(records, channel)
+        key = Store.channel_key(channel, site_id)
+        size = @retention.fetch(key, nil)&.first || @max_backlog_size
+        records = read { |r| r.call_v(["ZRANGE", channel_key(key), "+inf", "(#{last_id}", "BYSCORE", "REV", "LIMIT", 0, size]) }
+        Packed.decode_all(records.reverse!, channel)
       end
 
       def global_backlog(last_id = 0, limit: nil)

@@ -8,10 +8,13 @@ class LogFaultsTest < Minitest::Test
   def setup
     @dir = Dir.mktmpdir("herald-faults")
     @mounts = []
+    @made = [] # mount points, removed after unmounting
   end
 
   def teardown
-    @mounts.reverse_each { |m| system("umount", "-l", m, err: File::NULL) && Dir.rmdir(m) }
+    FileUtils.chmod_R("u+w", @dir) if File.directory?(@dir)
+    @mounts.reverse_each { |m| system("umount", "-l", m, err: File::NULL) }
+    @made.each { |d| FileUtils.rm_rf(d) }
     FileUtils.rm_rf(@dir)
   end
 
@@ -58,7 +61,7 @@ class LogFaultsTest < Minitest::Test
 
   def test_a_read_only_bind_mount_can_be_read_but_refuses_appends
     write_some(@dir)
-    ro = Dir.mktmpdir("herald-ro")
+    ro = Dir.mktmpdir("herald-ro").tap { |d| @made << d }
     mount("--bind", @dir, ro)
     mount("-o", "remount,bind,ro", ro)
     store = Herald::Store::Log.new(dir: ro)
@@ -74,9 +77,12 @@ class LogFaultsTest < Minitest::Test
     Dir.mkdir(File.join(@dir, "never-opened"))
     FileUtils.chmod_R("a+rX", @dir)
     FileUtils.chmod("go-w", @dir)
+    FileUtils.chmod_R("a-w", @dir) unless Process.uid.zero? # root ignores mode bits: it drops to nobody below
     out = in_child do
-      Process::Sys.setgid(65_534)
-      Process::Sys.setuid(65_534)
+      if Process.uid.zero?
+        Process::Sys.setgid(65_534)
+        Process::Sys.setuid(65_534)
+      end
       empty = Herald::Store::Log.new(dir: File.join(@dir, "never-opened")) # no segments, no subdirectories
       raise "not empty" unless empty.last_global_id.zero? && empty.global_backlog(0).empty?
       store = Herald::Store::Log.new(dir: @dir)
@@ -163,7 +169,7 @@ class LogFaultsTest < Minitest::Test
   end
 
   def mount_tmpfs(options)
-    dir = Dir.mktmpdir("herald-tmpfs")
+    dir = Dir.mktmpdir("herald-tmpfs").tap { |d| @made << d }
     mount("-t", "tmpfs", "-o", options, "tmpfs", dir)
     dir
   end

@@ -28,7 +28,9 @@ module Herald
         LUA
 
         # KEYS meta ids channel global; ARGV channel_key tail max_size ttl known_epoch watermark clock
-        # new_epoch max_global wake_channel. Returns {global_id, message_id, epoch, reset}.
+        # new_epoch max_global wake_channel slack. Returns {global_id, message_id, epoch, reset}.
+        # Trimming runs in batches (once a set is `slack` past its size, about size/16) to keep the
+        # common append short; channel backlogs are read newest-first with LIMIT size, so they stay exact.
         APPEND = script(RESET + <<~LUA)
           local st = redis.call('HMGET', KEYS[1], 'epoch', 'gid', 'floor')
           local epoch, gid, floor, reset = st[1], tonumber(st[2]) or 0, tonumber(st[3]) or 0, 0
@@ -53,14 +55,14 @@ module Herald
           redis.call('ZADD', KEYS[3], mid, rec)
           redis.call('ZADD', KEYS[4], gid, rec)
           local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[3])
-          if over > 0 then
+          if over > tonumber(ARGV[11]) then
             local old = redis.call('ZRANGE', KEYS[3], 0, over - 1)
             redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
             redis.call('ZREM', KEYS[4], unpack(old))
           end
           redis.call('EXPIRE', KEYS[3], ARGV[4])
           over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
-          if over > 0 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1) end
+          if over > tonumber(ARGV[9]) / 16 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1) end
           redis.call('PUBLISH', ARGV[10], gid)
           return {gid, mid, epoch, reset}
         LUA

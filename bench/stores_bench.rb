@@ -1,0 +1,137 @@
+# frozen_string_literal: true
+
+# Herald's Redis and PostgreSQL stores against message_bus's Redis and PostgreSQL backends on the SAME
+# servers (spawned by test/support/servers.rb, or REDIS_URL / DATABASE_URL), and the publish -> wakeup
+# latency between two processes for every store.
+require_relative "harness"
+require_relative "support/peers"
+require_relative "../test/support/servers"
+require "herald"
+require "tmpdir"
+require "uri"
+
+DATA = {"hello" => "world", "nums" => [1, 2, 3]}.freeze
+CHANNEL = "/test/channel"
+redis_url = Herald::TestServers.redis_url
+pg_url = Herald::TestServers.postgres_url
+
+def message_bus_redis(url)
+  bus = MessageBus::Instance.new
+  bus.configure(backend: :redis, redis_config: {url: url})
+  bus.backend_instance.max_backlog_size = 1000
+  bus.backend_instance.reset!
+  bus
+end
+
+def message_bus_postgres(url)
+  uri = URI(url)
+  bus = MessageBus::Instance.new
+  bus.configure(backend: :postgres, backend_options: {host: uri.host, port: uri.port, user: uri.user, dbname: uri.path.delete_prefix("/")})
+  bus.backend_instance.max_backlog_size = 1000
+  bus.backend_instance.reset!
+  bus
+end
+
+def compare(title, peer, herald, ops:, extra: {})
+  1000.times do
+    peer.publish(CHANNEL, DATA)
+    herald.publish(CHANNEL, DATA)
+    extra.each_value { |b| b.publish(CHANNEL, DATA) }
+  end
+  Bench.section("#{title}: publish", note: "`MessageBus#publish` vs `Herald::Bus#publish` of #{DATA.to_json} on #{CHANNEL}, one thread, same server.") do |s|
+    s.measure("message_bus #{title} publish", ops: ops, baseline: true) { |n| n.times { peer.publish(CHANNEL, DATA) } }
+    s.measure("Herald #{title} publish", ops: ops) { |n| n.times { herald.publish(CHANNEL, DATA) } }
+    extra.each { |name, b| s.measure("Herald #{title} publish (#{name})", ops: ops) { |n| n.times { b.publish(CHANNEL, DATA) } } }
+  end
+  last = herald.last_id(CHANNEL) - 100
+  peer_last = peer.last_id(CHANNEL) - 100
+  Bench.section("#{title}: backlog(100) of a 1,000-message channel",
+    note: "message_bus backend `backlog` (baseline; `MessageBus#backlog` also JSON-decodes data) vs `Herald::Bus#backlog` (data decoded lazily).") do |s|
+    s.measure("message_bus #{title} backend backlog", ops: ops / 4, baseline: true) { |n| n.times { peer.backend_instance.backlog(CHANNEL, peer_last) } }
+    s.measure("message_bus #{title} MessageBus#backlog", ops: ops / 4) { |n| n.times { peer.backlog(CHANNEL, peer_last) } }
+    s.measure("Herald #{title} backlog", ops: ops / 4) { |n| n.times { herald.backlog(CHANNEL, last) } }
+    extra.each do |name, b|
+      from = b.last_id(CHANNEL) - 100
+      s.measure("Herald #{title} backlog (#{name})", ops: ops / 4) { |n| n.times { b.backlog(CHANNEL, from) } }
+    end
+  end
+end
+
+# A child process waits on its own store instance; the parent publishes with a pause between messages
+# and stamps each with its wall-clock send time. Latency = child's wake-up time - send time.
+def wakeup_latency(count:)
+  r, w = IO.pipe
+  pid = fork do
+    r.close
+    store = yield
+    last = store.last_global_id
+    w.puts "ready"
+    w.flush
+    seen = 0
+    while seen < count
+      last = store.wait(last, timeout: 2)
+      woke = Process.clock_gettime(Process::CLOCK_REALTIME)
+      w.puts "#{last} #{woke}"
+      w.flush
+      seen += 1 if last
+    end
+  ensure
+    exit!(0)
+  end
+  w.close
+  r.gets
+  store = yield
+  sent = {}
+  count.times do
+    sleep 0.003
+    t = Process.clock_gettime(Process::CLOCK_REALTIME)
+    gid = store.append("/latency", Herald::Codec::Json.encode(t), codec: Herald::Codec::Json).global_id
+    sent[gid] = t
+  end
+  latencies = []
+  deadline = Time.now + 10
+  while sent.any? && Time.now < deadline && (line = r.gets)
+    gid, woke = line.split
+    gid = gid.to_i
+    sent.keys.select { |k| k <= gid }.each { |k| latencies << (woke.to_f - sent.delete(k)) * 1000 }
+  end
+  Process.kill(:KILL, pid) rescue nil # standard:disable Style/RescueModifier
+  Process.wait(pid)
+  store.close
+  latencies.sort
+end
+
+def percentile(sorted, p) = sorted[((sorted.size - 1) * p).round]
+
+begin
+  mb_redis = message_bus_redis(redis_url)
+  herald_redis = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "bench#{Process.pid}"))
+  compare("Redis", mb_redis, herald_redis, ops: 4000)
+
+  mb_pg = message_bus_postgres(pg_url)
+  herald_pg = Herald::Bus.new(store: Herald::Store::Postgres.new(url: pg_url, table: "bench#{Process.pid}"))
+  compare("PostgreSQL", mb_pg, herald_pg, ops: 2000)
+
+  count = [(300 * Bench::SCALE).to_i, 20].max
+  Dir.mktmpdir("herald-bench-wakeup") do |dir|
+    stores = {
+      "Redis" => -> { Herald::Store::Redis.new(url: redis_url, namespace: "wake#{Process.pid}") },
+      "PostgreSQL" => -> { Herald::Store::Postgres.new(url: pg_url, table: "wake_bench") },
+      "Log" => -> { Herald::Store::Log.new(dir: dir, fsync: :interval) }
+    }
+    rows = stores.map do |name, build|
+      lat = wakeup_latency(count: count, &build)
+      [name, lat]
+    end
+    puts "### publish -> wakeup latency across two processes", ""
+    puts "A child process blocks in `store.wait`; the parent appends #{count} messages 3 ms apart; latency is the child's wake-up time minus the send time (same clock). Target: p99 <= 5 ms.", ""
+    puts "| store | p50 | p99 | max | samples |", "|---|---:|---:|---:|---:|"
+    rows.each do |name, lat|
+      puts format("| %s | %.2f ms | %.2f ms | %.2f ms | %d |", name, percentile(lat, 0.5), percentile(lat, 0.99), lat.last, lat.size)
+    end
+    puts
+  end
+ensure
+  [mb_redis, mb_pg].each { |b| b&.destroy }
+  [herald_redis, herald_redis_ruby, herald_pg].each { |b| b&.close }
+end
