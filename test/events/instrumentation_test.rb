@@ -55,17 +55,21 @@ class InstrumentationTest < Minitest::Test
   def test_plain_callbacks_without_active_support
     result = run_script(with_as: false)
     refute result["loaded"], "ActiveSupport stayed unloaded"
-    assert_equal [["cb", "publish.herald", nil, nil, true], ["cb", "process.herald", 1, "KeyError", true],
-      ["cb", "retry.herald", 1, "KeyError", nil], ["cb", "process.herald", 2, "KeyError", true],
-      ["cb", "dead.herald", 2, "KeyError", nil]], result["events"]
+    # publish.herald is reported when publish_event returns; the worker thread may have started by then.
+    published, worked = result["events"].partition { |e| e[1] == "publish.herald" }
+    assert_equal [["cb", "publish.herald", nil, nil, true]], published
+    assert_equal [["cb", "process.herald", 1, "KeyError", true], ["cb", "retry.herald", 1, "KeyError", nil],
+      ["cb", "process.herald", 2, "KeyError", true], ["cb", "dead.herald", 2, "KeyError", nil]], worked
   end
 
   def test_active_support_notifications_when_loaded
     result = run_script(with_as: true)
     assert result["loaded"]
     as = result["events"].select { |e| e[0] == "as" }.map { |e| e[1] }
-    assert_equal %w[publish.herald process.herald retry.herald process.herald dead.herald], as
-    assert_equal as, result["events"].select { |e| e[0] == "cb" }.map { |e| e[1] }, "callbacks still get them"
+    assert_equal 1, as.count("publish.herald")
+    assert_equal %w[process.herald retry.herald process.herald dead.herald], as - ["publish.herald"]
+    cb = result["events"].select { |e| e[0] == "cb" }.map { |e| e[1] }
+    assert_equal as.sort, cb.sort, "callbacks still get them"
   end
 
   def test_a_failing_callback_never_breaks_publishing

@@ -38,17 +38,17 @@ module Herald
         @saved_at = 0.0
       end
 
-      # Processes one batch. True when it did some work (the pool then skips waiting).
+      # Processes one batch. Returns how many messages it read (0: nothing to do, the pool may wait).
       def step
-        return false unless owner?
+        return 0 unless owner?
         batch = @store.global_backlog(@cursor, limit: BATCH)
         if batch.empty?
           save_cursor if @cursor != @saved
-          return false
+          return 0
         end
         process(batch)
         save_cursor if monotonic - @saved_at >= SAVE_EVERY
-        true
+        batch.size
       end
 
       # Saves the exact cursor and lets another process take over. Called once the thread has stopped.

@@ -38,6 +38,8 @@ module Herald
     # (woken by appends from any process) when none had work. No per-event handoff between threads.
     class WorkerPool
       IDLE_WAIT = 0.25
+      LINGER = 0.005
+      SMALL_BATCH = 256
 
       attr_reader :workers
 
@@ -69,12 +71,19 @@ module Herald
 
       private
 
+      # A worker that keeps pace with a busy publisher would read one event per wakeup: a thread switch and
+      # a lock round trip per event. After a small batch it lingers LINGER seconds, so the next read takes a
+      # whole burst (deferred work is late by at most that much).
       def run(workers)
         until @stopper.stopped?
           seen = @store.last_global_id
-          busy = false
-          workers.each { |w| busy = true if w.step }
-          @store.wait(seen, timeout: IDLE_WAIT) unless busy || @stopper.stopped?
+          read = 0
+          workers.each { |w| read += w.step }
+          if read.zero?
+            @store.wait(seen, timeout: IDLE_WAIT) unless @stopper.stopped?
+          elsif read < SMALL_BATCH
+            @stopper.sleep(LINGER)
+          end
         end
       rescue ClosedError
         nil # the store was closed under us: nothing left to read

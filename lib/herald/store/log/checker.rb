@@ -15,14 +15,18 @@ module Herald
           raise ArgumentError, "#{@dir} is not a directory" unless File.directory?(@dir)
         end
 
-        # corrupt: [[segment path, offset]] of records skipped for a bad CRC or broken frame;
+        # corrupt: [[segment path, offset]] of records skipped for a bad CRC, a broken frame or an id out of order;
         # torn: [[segment path, offset, bytes]] of damage at a segment's end (cut on the next open).
         def run
           report = Report.new(0, 0, [], [])
+          last = 0
           segment_ids.each do |id|
             segment = Segment.new(@dir, id, writable: false)
             report.segments += 1
-            clean = segment.read_new(on_corrupt: ->(offset) { report.corrupt << [segment.path, offset] }) do
+            clean = segment.read_new(on_corrupt: ->(offset) { report.corrupt << [segment.path, offset] }) do |buffer, pos, _, offset|
+              global_id = buffer.unpack1("Q<", offset: pos + Record::FRAME_SIZE)
+              next report.corrupt << [segment.path, offset] if global_id <= last # duplicated or misplaced
+              last = global_id
               report.records += 1
             end
             report.torn << [segment.path, segment.size, segment.file_size - segment.size] unless clean

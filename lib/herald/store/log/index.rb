@@ -10,7 +10,7 @@ module Herald
       class Index
         Channel = Struct.new(:last_id, :messages, :max_size, :max_age)
 
-        attr_reader :last_global_id, :channels
+        attr_reader :last_global_id, :channels, :last_added
 
         def initialize(max_size:, max_age:)
           @max_size = max_size
@@ -19,6 +19,7 @@ module Herald
           @global = [] # messages in global id order; dropped ones are compacted away in bulk
           @retained = 0
           @last_global_id = 0
+          @last_added = 0 # global id of the last message added (a snapshot's floor does not count)
           @bases = [] # first global id of every segment, ascending
           @live = Hash.new(0) # segment first id => retained messages in it
         end
@@ -64,6 +65,7 @@ module Herald
           end
           ch.last_id = msg.message_id if msg.message_id > ch.last_id
           @last_global_id = msg.global_id if msg.global_id > @last_global_id
+          @last_added = msg.global_id
           ch.messages << msg
           @global << msg
           @retained += 1

@@ -80,8 +80,11 @@ module Herald
         # Indexes the records appended since the last read; false when damage (or a write in progress)
         # sits at the end.
         def read_segment(segment)
-          segment.read_new(on_corrupt: ->(offset) { corrupt(segment, offset) }) do |buffer, pos, length|
+          segment.read_new(on_corrupt: ->(offset) { corrupt(segment, offset) }) do |buffer, pos, length, offset|
             msg = Record.decode(buffer, pos, length, @names)
+            # A whole record with a good CRC but an id not above the last one read: a duplicated or
+            # misplaced block. Returning it would break id order: damage, reported like a bad CRC.
+            next corrupt(segment, offset) if msg.global_id <= @index.last_added
             @index.add(msg, Store.channel_key(msg.channel, msg.site_id), Record.retention(buffer, pos))
           end
         end

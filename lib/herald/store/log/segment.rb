@@ -38,7 +38,8 @@ module Herald
 
         def file_size = @io.size
 
-        # Reads what was appended since the last call, yielding (buffer, pos, length) for each whole record.
+        # Reads what was appended since the last call, yielding (buffer, pos, length, file offset) for each
+        # whole record.
         # A damaged stretch followed by a good record is skipped and reported to `on_corrupt(offset)`; a
         # damaged or partial stretch at the end is left unread (a writer may still be writing it; under the
         # write lock the caller cuts it with truncate_tail!). Returns true when it read to the end.
@@ -46,7 +47,7 @@ module Herald
           limit = @io.size
           return true if @size >= limit
           buffer = @io.pread(limit - @size, @size)
-          pos = scan(buffer, @size, buffer.bytesize, on_corrupt) { |b, p, l| yield b, p, l }
+          pos = scan(buffer, @size, buffer.bytesize, on_corrupt) { |b, p, l| yield b, p, l, @size + p }
           @size += pos
           pos == buffer.bytesize
         rescue EOFError
