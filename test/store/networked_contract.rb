@@ -102,6 +102,7 @@ module NetworkedStoreContract
     disrupt!
     (11..20).each(&publish)
     lines << read_line(r, timeout: 15) while lines.count { |l| l != "reset" } < 20
+    lines << read_line(r, timeout: 10) while expect_reset && !lines.include?("reset") # reported by its listener
     Process.kill(:KILL, pid)
     Process.wait(pid)
     messages = lines.reject { |l| l == "reset" }.map { |l| l.split.map(&:to_i) }
