@@ -23,7 +23,7 @@ module Herald
       RETRIES = [0.05, 0.2, 0.5, 1.0].freeze
       LOST = [PG::ConnectionBad, PG::UnableToSend, PG::AdminShutdown].freeze
       STATEMENTS = {
-        "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4)",
+        "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4, $5)",
         "backlog" => "SELECT record FROM %<t>s_messages WHERE key = $1 AND message_id > $2 ORDER BY message_id",
         "global" => "SELECT record FROM %<t>s_messages WHERE global_id > $1 ORDER BY global_id LIMIT $2",
         "last_id" => "SELECT last_id FROM %<t>s_channels WHERE key = $1",
@@ -49,6 +49,7 @@ module Herald
         @on_reset = on_reset || ->(old, new) { warn "[herald] PostgreSQL store #{table} was reset (epoch #{old} -> #{new})" }
         @statements = STATEMENTS.transform_values { |sql| format(sql, t: table) }
         @retention = {}
+        @swept = {} # channel key => the max_backlog_size its range was last trimmed to
         @epoch = nil
         @closed = false
         @array_encoder = PG::TextEncoder::Array.new
@@ -80,7 +81,9 @@ module Herald
         size, age = retention(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
-        row = write { |c| c.exec_prepared("append", [key, {value: tail, format: 1}, size, created_at + age]).values.first }
+        sweep = !max_backlog_size.nil? && @swept[key] != max_backlog_size
+        @swept[key] = max_backlog_size if sweep
+        row = write { |c| c.exec_prepared("append", [key, {value: tail, format: 1}, size, created_at + age, sweep]).values.first }
         gid = row[0].to_i
         @notifier.notify(gid, key)
         Packed::Written.new(gid, row[1].to_i, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
@@ -177,7 +180,7 @@ module Herald
 
       def ensure_schema(conn)
         return if @schema_ready || !@migrate
-        migrate! unless conn.exec("SELECT to_regprocedure('#{@table}_append(text,bytea,bigint,float8)')").getvalue(0, 0)
+        migrate! unless conn.exec("SELECT to_regprocedure('#{@table}_append(text,bytea,bigint,float8,boolean)')").getvalue(0, 0)
         @schema_ready = true
       end
 

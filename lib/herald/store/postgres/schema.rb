@@ -10,7 +10,7 @@ module Herald
       # is held until the transaction commits, so a reader asking for "global_id > last" never sees a
       # later id commit before an earlier one (a bigserial would let a slow commit be skipped).
       module Schema
-        VERSION = 2
+        VERSION = 3
 
         def self.sql(t, notify)
           <<~SQL
@@ -26,15 +26,21 @@ module Herald
             -- One round trip per publish: ids, the record (ids prepended to the client's tail: Store::Packed),
             -- size trimming, an occasional age sweep, and the wakeup (delivered at commit).
             CREATE OR REPLACE FUNCTION #{t}_append(p_key text, p_tail bytea, p_max_size bigint, p_expires float8,
-              OUT g bigint, OUT m bigint) LANGUAGE plpgsql AS $$
+              p_sweep boolean, OUT g bigint, OUT m bigint) LANGUAGE plpgsql AS $$
             BEGIN
               UPDATE #{t}_meta SET global_id = global_id + 1 WHERE id = 1 RETURNING global_id INTO g;
               INSERT INTO #{t}_channels AS c (key, last_id) VALUES (p_key, 1)
                 ON CONFLICT (key) DO UPDATE SET last_id = c.last_id + 1 RETURNING c.last_id INTO m;
               INSERT INTO #{t}_messages VALUES (g, p_key, m, p_expires,
                 float8send(g::float8) || float8send(m::float8) || p_tail);
+              -- Usually exactly one row leaves; an open-ended range would walk every dead index entry
+              -- below it on each publish. p_sweep (the caller changed the channel's size) clears the range.
               IF m > p_max_size THEN
-                DELETE FROM #{t}_messages WHERE key = p_key AND message_id <= m - p_max_size;
+                IF p_sweep OR random() < 0.01 THEN
+                  DELETE FROM #{t}_messages WHERE key = p_key AND message_id <= m - p_max_size;
+                ELSE
+                  DELETE FROM #{t}_messages WHERE key = p_key AND message_id = m - p_max_size;
+                END IF;
               END IF;
               IF random() < 0.001 THEN
                 DELETE FROM #{t}_messages WHERE global_id IN (SELECT global_id FROM #{t}_messages
