@@ -56,6 +56,13 @@ Dir.mktmpdir("herald-events-bench") do |tmp|
       n.times { Herald.publish_event(EVENT) }
       sleep 0.0005 until TALLY.count >= target
     end
+    # Not a contender: the store's own append rate is the ceiling of the row above (one append per event).
+    payload = Herald::Codec::Event.encode(EVENT)
+    raw = Herald::Store::Log.new(dir: File.join(tmp, "raw"), fsync: :interval)
+    s.measure("(for reference) Herald Store::Log append alone, no subscriber", ops: N) do |n|
+      n.times { raw.append("/events/user_registered", payload, codec: Herald::Codec::Event) }
+    end
+    raw.close
   end
 ensure
   Herald.shutdown(timeout: 5)

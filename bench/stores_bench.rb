@@ -46,7 +46,7 @@ def compare(title, peer, herald, ops:, extra: {})
   last = herald.last_id(CHANNEL) - 100
   peer_last = peer.last_id(CHANNEL) - 100
   Bench.section("#{title}: backlog(100) of a 1,000-message channel",
-    note: "message_bus backend `backlog` (baseline; `MessageBus#backlog` also JSON-decodes data) vs `Herald::Bus#backlog` (data decoded lazily).") do |s|
+    note: "message_bus backend `backlog` (baseline; `MessageBus#backlog` also JSON-decodes data) vs `Herald::Bus#backlog` (data decoded lazily). Herald's default row is answered from the per-process backlog cache after the first read (dropped whenever the store's listener announces a change to the channel); the \"no backlog cache\" rows read the server every time.") do |s|
     s.measure("message_bus #{title} backend backlog", ops: ops / 4, baseline: true) { |n| n.times { peer.backend_instance.backlog(CHANNEL, peer_last) } }
     s.measure("message_bus #{title} MessageBus#backlog", ops: ops / 4) { |n| n.times { peer.backlog(CHANNEL, peer_last) } }
     s.measure("Herald #{title} backlog", ops: ops / 4) { |n| n.times { herald.backlog(CHANNEL, last) } }
@@ -106,17 +106,22 @@ def percentile(sorted, p) = sorted[((sorted.size - 1) * p).round]
 begin
   mb_redis = message_bus_redis(redis_url)
   herald_redis = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "bench#{Process.pid}"))
-  compare("Redis", mb_redis, herald_redis, ops: 4000)
+  herald_redis_nocache = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "benchnc#{Process.pid}", backlog_cache: false))
+  herald_redis_ruby = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "benchrb#{Process.pid}", driver: :ruby, backlog_cache: false))
+  puts "Herald's Redis store uses the #{herald_redis.store.driver} driver (hiredis-client) unless the row says otherwise; message_bus uses the redis gem's default Ruby driver.", ""
+  compare("Redis", mb_redis, herald_redis, ops: 4000, extra: {"no backlog cache" => herald_redis_nocache, "Ruby driver, no backlog cache" => herald_redis_ruby})
 
   mb_pg = message_bus_postgres(pg_url)
   herald_pg = Herald::Bus.new(store: Herald::Store::Postgres.new(url: pg_url, table: "bench#{Process.pid}"))
-  compare("PostgreSQL", mb_pg, herald_pg, ops: 2000)
+  herald_pg_nocache = Herald::Bus.new(store: Herald::Store::Postgres.new(url: pg_url, table: "benchnc#{Process.pid}", backlog_cache: false))
+  compare("PostgreSQL", mb_pg, herald_pg, ops: 2000, extra: {"no backlog cache" => herald_pg_nocache})
 
   count = [(300 * Bench::SCALE).to_i, 20].max
+  wake_name = "wake#{Process.pid}" # the same in the parent and the child
   Dir.mktmpdir("herald-bench-wakeup") do |dir|
     stores = {
-      "Redis" => -> { Herald::Store::Redis.new(url: redis_url, namespace: "wake#{Process.pid}") },
-      "PostgreSQL" => -> { Herald::Store::Postgres.new(url: pg_url, table: "wake_bench") },
+      "Redis" => -> { Herald::Store::Redis.new(url: redis_url, namespace: wake_name) },
+      "PostgreSQL" => -> { Herald::Store::Postgres.new(url: pg_url, table: wake_name) },
       "Log" => -> { Herald::Store::Log.new(dir: dir, fsync: :interval) }
     }
     rows = stores.map do |name, build|
@@ -133,5 +138,5 @@ begin
   end
 ensure
   [mb_redis, mb_pg].each { |b| b&.destroy }
-  [herald_redis, herald_redis_ruby, herald_pg].each { |b| b&.close }
+  [herald_redis, herald_redis_nocache, herald_redis_ruby, herald_pg, herald_pg_nocache].each { |b| b&.close }
 end

@@ -53,6 +53,6 @@ module Herald
         Herald.bus.store
       end
     end
-    register "replay", Replay, "replay SUBSCRIBER [--from ID] [-r FILE] [--dir DIR]  re-run a subscriber on its dead letters"
+    register "replay", Replay, "replay SUBSCRIBER [--from ID] [-r FILE] [--dir DIR]  re-run a subscriber on its dead letters with id >= ID"
   end
 end

@@ -35,9 +35,13 @@ module Herald
         changed
       end
 
+      # Bumped on every change, so the runtime notices deferred subscribers declared after the first publish.
+      attr_reader :generation
+
       def changed
         @channels = {}
         @sync = {}
+        @generation = (@generation || 0) + 1
       end
 
       def subscribers = @lock.synchronize { @subscribers.dup }

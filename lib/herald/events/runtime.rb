@@ -9,8 +9,9 @@ module Herald
     DEFAULT_THREADS = 2
 
     # This process's side of events: publishing (with sync subscribers) and the worker pool of the
-    # deferred ones. Workers start on the first publish_event (or Herald.start_workers) and after a fork
-    # start afresh in the child on its first call.
+    # deferred ones. Workers start on the first publish_event once a deferred subscriber is declared (or
+    # with Herald.start_workers), and after a fork start afresh in the child on its first call. Deferred
+    # subscribers declared after the workers started join at the next start of the process.
     class Runtime
       PUBLISH = "publish.herald"
 
@@ -19,7 +20,7 @@ module Herald
       def initialize
         @lock = Mutex.new
         @pool = nil
-        @started = false
+        @checked = nil # the registry generation last looked at for deferred subscribers
         @stopped = false
         @max_backlog_size = DEFAULT_MAX_BACKLOG_SIZE
         @threads = DEFAULT_THREADS
@@ -32,15 +33,15 @@ module Herald
         registry = Events.registry
         channel ||= registry.channel_for(event.class)
         raise ArgumentError, "channel must be a String starting with /, got #{channel.inspect}" unless channel.start_with?("/")
-        start(bus) unless @started
+        start(bus) unless @pool || @checked == registry.generation
         return store(event, channel, bus, registry) unless Instrumentation.listening?(PUBLISH)
         Instrumentation.instrument(PUBLISH, {channel: channel, event: event}) { store(event, channel, bus, registry) }
       end
 
       def start(bus, threads: @threads)
         @lock.synchronize do
-          return @pool if @started || @stopped
-          @started = true
+          return @pool if @pool || @stopped
+          @checked = Events.registry.generation
           deferred = Events.registry.deferred
           @pool = WorkerPool.new(store: bus.store, subscribers: deferred, threads: threads) unless deferred.empty?
         end
@@ -62,7 +63,7 @@ module Herald
       def after_fork
         @pool&.forget_after_fork
         @pool = nil
-        @started = false
+        @checked = nil
         @lock = Mutex.new
       end
 

@@ -65,8 +65,9 @@ module Herald
       def global_backlog(last_id = 0, limit: nil)
         @lock.synchronize do
           @global.reject! { |m| !retained?(m) } if @global.first && !retained?(@global.first)
-          found = @global.select { |m| m.global_id > last_id }
-          limit ? found.first(limit) : found
+          # @global is in id order: a binary search, not a scan (deferred subscribers read in batches).
+          i = @global.bsearch_index { |m| m.global_id > last_id } or return []
+          @global[i, limit || @global.size - i]
         end
       end
 

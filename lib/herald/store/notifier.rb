@@ -13,9 +13,12 @@ module Herald
     class Notifier
       BACKOFF = [0.01, 0.05, 0.1, 0.25, 0.5, 1.0].freeze
 
-      def initialize(listen:, on_error:)
+      # on_change(channel_key or nil) runs for every announcement before any waiter is woken, and with
+      # nil whenever the listener (re)connects or loses its connection (announcements may have been missed).
+      def initialize(listen:, on_error:, on_change: nil)
         @listen = listen
         @on_error = on_error
+        @on_change = on_change
         @thread = nil
         @pid = nil
         @latest = 0
@@ -24,7 +27,10 @@ module Herald
         reset_locks
       end
 
-      def notify(global_id)
+      def ready? = @ready && @pid == ForkTracker.pid && !@stopped
+
+      def notify(global_id, channel_key = nil)
+        @on_change&.call(channel_key)
         return if global_id <= @latest
         @lock.synchronize do
           @latest = global_id if global_id > @latest
@@ -33,6 +39,7 @@ module Herald
       end
 
       def ready(global_id)
+        @on_change&.call(nil)
         @lock.synchronize do
           @ready = true
           @failures = 0
@@ -89,6 +96,7 @@ module Herald
             @on_error.call(e)
           end
           @ready = false
+          @on_change&.call(nil)
           sleep BACKOFF[[@failures, BACKOFF.size - 1].min]
           @failures += 1
         end

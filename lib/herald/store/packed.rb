@@ -30,9 +30,13 @@ module Herald
           targets.bytesize, channel, site_id || EMPTY, targets, payload].pack(TAIL_FORMAT)
       end
 
+      # Every record as a lazy Message (expired ones too: callers filter, caches keep them all).
       def self.decode_all(records, channel = nil)
-        now = Process.clock_gettime(Process::CLOCK_REALTIME)
-        records.filter_map { |r| Message.new(r, channel) if r.unpack1("G", offset: EXPIRES_AT) > now }
+        records.map! { |r| Message.new(r, channel) }
+      end
+
+      def self.unexpired(messages, now = Process.clock_gettime(Process::CLOCK_REALTIME))
+        messages.select { |m| m.expires_at > now }
       end
 
       EXPIRES_AT = 24
@@ -57,6 +61,8 @@ module Herald
         def message_id = @message_id ||= @record.unpack1("G", offset: 8).to_i
 
         def created_at = @created_at ||= @record.unpack1("G", offset: 16)
+
+        def expires_at = @record.unpack1("G", offset: EXPIRES_AT)
 
         def codec = @codec ||= Codec.fetch(@record.getbyte(CODEC_AT))
 

@@ -16,6 +16,8 @@ module Herald
     # Reads are retried with backoff after a lost connection (readers keep their place: no loss, no
     # duplicate); a publish is not retried, since it may have committed: the caller decides.
     class Postgres
+      include BacklogCache::Reads
+
       DEFAULT_URL = "postgres://localhost/herald"
       DEFAULT_POOL = 5
       RETRIES = [0.05, 0.2, 0.5, 1.0].freeze
@@ -35,7 +37,7 @@ module Herald
 
       def initialize(url: ENV.fetch("DATABASE_URL", DEFAULT_URL), table: "herald", pool: DEFAULT_POOL,
         max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, migrate: true,
-        on_reset: nil, connect_timeout: 2)
+        on_reset: nil, backlog_cache: true, connect_timeout: 2)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ArgumentError, "table must be a lowercase SQL identifier, got #{table.inspect}" unless /\A[a-z_][a-z0-9_]{0,40}\z/.match?(table)
         @url = url
@@ -52,7 +54,8 @@ module Herald
         @array_encoder = PG::TextEncoder::Array.new
         @pool = Pool.new(size: pool, timeout: 5, connect: -> { connect }, close: ->(c) { c.close },
           abandon: ->(c) { abandon(c) }, broken: ->(e, c) { LOST.any? { |k| e.is_a?(k) } || c.status != PG::CONNECTION_OK })
-        @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {})
+        @cache = BacklogCache.new if backlog_cache
+        @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {}, on_change: ->(key) { @cache&.invalidate(key) })
         @fork_hook = ForkTracker.after_fork { after_fork }
       end
 
@@ -79,7 +82,7 @@ module Herald
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
         row = write { |c| c.exec_prepared("append", [key, {value: tail, format: 1}, size, created_at + age]).values.first }
         gid = row[0].to_i
-        @notifier.notify(gid)
+        @notifier.notify(gid, key)
         Packed::Written.new(gid, row[1].to_i, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
@@ -100,12 +103,14 @@ module Herald
       end
 
       def backlog(channel, last_id = 0, site_id: nil)
-        rows = read { |c| c.exec_prepared("backlog", [Store.channel_key(channel, site_id), last_id], 1).column_values(0) }
-        Packed.decode_all(rows, channel)
+        key = Store.channel_key(channel, site_id)
+        cached(key, last_id) do
+          Packed.decode_all(read { |c| c.exec_prepared("backlog", [key, last_id], 1).column_values(0) }, channel)
+        end
       end
 
       def global_backlog(last_id = 0, limit: nil)
-        Packed.decode_all(read { |c| c.exec_prepared("global", [last_id, limit], 1).column_values(0) })
+        Packed.unexpired(Packed.decode_all(read { |c| c.exec_prepared("global", [last_id, limit], 1).column_values(0) }))
       end
 
       def epoch
@@ -228,7 +233,10 @@ module Herald
         conn.exec("LISTEN #{notify_channel}")
         notifier.ready(last_global_id)
         until @closed
-          conn.wait_for_notify(5) { |_channel, _pid, payload| notifier.notify(payload.to_i) }
+          conn.wait_for_notify(5) do |_channel, _pid, payload|
+            gid, key = payload.split(",", 2)
+            notifier.notify(gid.to_i, key)
+          end
           raise PG::ConnectionBad, "listener connection lost" if conn.status != PG::CONNECTION_OK
         end
       ensure

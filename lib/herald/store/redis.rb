@@ -19,6 +19,8 @@ module Herald
     # Per-publish max_backlog_size/age overrides are remembered by this process (the first publish after a
     # restart falls back to the store defaults until it passes them again).
     class Redis
+      include BacklogCache::Reads
+
       DEFAULT_URL = "redis://127.0.0.1:6379/0"
       DEFAULT_POOL = 5
       DEFAULT_MAX_GLOBAL_BACKLOG_SIZE = 10_000
@@ -52,7 +54,7 @@ module Herald
 
       def initialize(url: ENV.fetch("REDIS_URL", DEFAULT_URL), namespace: "herald", pool: DEFAULT_POOL,
         max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE,
-        max_global_backlog_size: DEFAULT_MAX_GLOBAL_BACKLOG_SIZE, on_reset: nil, connect_timeout: 1.0, driver: :auto)
+        max_global_backlog_size: DEFAULT_MAX_GLOBAL_BACKLOG_SIZE, on_reset: nil, backlog_cache: true, connect_timeout: 1.0, driver: :auto)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         @url = url
         @driver = Redis.driver(driver)
@@ -75,7 +77,8 @@ module Herald
         @closed = false
         @pool = Pool.new(size: pool, timeout: 5, connect: -> { connect }, close: ->(c) { c.close },
           abandon: ->(_) {}, broken: ->(e, _) { e.is_a?(RedisClient::ConnectionError) })
-        @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {})
+        @cache = BacklogCache.new if backlog_cache
+        @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {}, on_change: ->(key) { @cache&.invalidate(key) })
         @fork_hook = ForkTracker.after_fork { after_fork }
       end
 
@@ -90,7 +93,7 @@ module Herald
         gid, mid, epoch, reset = evalsha(Scripts::APPEND, [@meta_key, @ids_key, channel_key(key), @global_key,
           key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel, size / 16])
         saw(epoch, gid, reset == 1)
-        @notifier.notify(gid)
+        @notifier.notify(gid, key)
         Packed::Written.new(gid, mid, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
@@ -113,14 +116,16 @@ module Herald
       def backlog(channel, last_id = 0, site_id: nil)
         key = Store.channel_key(channel, site_id)
         size = @retention.fetch(key, nil)&.first || @max_backlog_size
-        records = read { |r| r.call_v(["ZRANGE", channel_key(key), "+inf", "(#{last_id}", "BYSCORE", "REV", "LIMIT", 0, size]) }
-        Packed.decode_all(records.reverse!, channel)
+        cached(key, last_id) do
+          records = read { |r| r.call_v(["ZRANGE", channel_key(key), "+inf", "(#{last_id}", "BYSCORE", "REV", "LIMIT", 0, size]) }
+          Packed.decode_all(records.reverse!, channel)
+        end
       end
 
       def global_backlog(last_id = 0, limit: nil)
         command = ["ZRANGEBYSCORE", @global_key, "(#{last_id}", "+inf"]
         command.push("LIMIT", 0, limit) if limit
-        Packed.decode_all(read { |r| r.call_v(command) })
+        Packed.unexpired(Packed.decode_all(read { |r| r.call_v(command) }))
       end
 
       def epoch
@@ -256,7 +261,9 @@ module Herald
         notifier.ready(last_global_id)
         until @closed
           event = pubsub.next_event(5) or next
-          notifier.notify(event[2].to_i) if event[0] == "message"
+          next unless event[0] == "message"
+          gid, key = event[2].split(",", 2)
+          notifier.notify(gid.to_i, key)
         end
       ensure
         pubsub&.close

@@ -10,7 +10,7 @@ module Herald
       # is held until the transaction commits, so a reader asking for "global_id > last" never sees a
       # later id commit before an earlier one (a bigserial would let a slow commit be skipped).
       module Schema
-        VERSION = 1
+        VERSION = 2
 
         def self.sql(t, notify)
           <<~SQL
@@ -40,7 +40,9 @@ module Herald
                 DELETE FROM #{t}_messages WHERE global_id IN (SELECT global_id FROM #{t}_messages
                   WHERE expires_at < extract(epoch FROM clock_timestamp()) LIMIT 1000);
               END IF;
-              PERFORM pg_notify('#{notify}', g::text);
+              -- The channel key lets every process drop its cached backlog of that channel (NOTIFY payloads are
+              -- limited to 8000 bytes: a longer key sends the id alone, which drops every cached channel).
+              PERFORM pg_notify('#{notify}', CASE WHEN octet_length(p_key) < 7900 THEN g::text || ',' || p_key ELSE g::text END);
             END $$;
           SQL
         end

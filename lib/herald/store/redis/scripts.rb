@@ -63,7 +63,7 @@ module Herald
           redis.call('EXPIRE', KEYS[3], ARGV[4])
           over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
           if over > tonumber(ARGV[9]) / 16 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1) end
-          redis.call('PUBLISH', ARGV[10], gid)
+          redis.call('PUBLISH', ARGV[10], string.format('%d', gid) .. ',' .. ARGV[1])
           return {gid, mid, epoch, reset}
         LUA
 
