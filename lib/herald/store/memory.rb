@@ -58,7 +58,9 @@ module Herald
       def backlog(channel, last_id = 0, site_id: nil)
         @lock.synchronize do
           ch = @channels[Store.channel_key(channel, site_id)] or return []
-          live(ch.messages, ch.max_age).select { |m| m.message_id > last_id }
+          # Messages are in id order: find the start by binary search, check age only on what is returned.
+          i = ch.messages.bsearch_index { |m| m.message_id > last_id } or return []
+          live(ch.messages[i..], ch.max_age)
         end
       end
 
