@@ -17,7 +17,7 @@ require_relative "herald/store/log/stored_message" # a message read from a recor
 require_relative "herald/store/log/segment"   # one append-only file
 require_relative "herald/store/log/index"     # what is retained, in memory
 require_relative "herald/store/log/directory" # lock, meta, state, cursors, leases
-require_relative "herald/store/log/syncer"    # fsync policies, group commit
+require_relative "herald/store/log/syncer"    # fsync policies: interval thread, fatal failures
 require_relative "herald/store/log/wakeup"    # cross-process wakeups
 require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
 require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders

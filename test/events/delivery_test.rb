@@ -31,6 +31,16 @@ class DeliveryTest < Minitest::Test
     assert_equal [1, 2], [got.pop, got.pop], "a new subscriber starts at the beginning of the retained log"
   end
 
+  def test_the_memory_store_serves_deferred_subscribers_in_batches_too
+    store = use_store(Herald::Store::Memory.new)
+    got = []
+    define_subscriber("Mem", Numbered, deferred: true) { |e, _m| got << e.n }
+    3000.times { |i| Herald.publish_event(Numbered.new(i + 1)) }
+    eventually { got.size == 3000 }
+    assert_equal (1..3000).to_a, got
+    eventually { store.load_cursor("Mem") == 3000 }
+  end
+
   def test_a_handler_that_fails_three_times_then_succeeds_is_retried_with_backoff
     use_store(log_store)
     calls = []

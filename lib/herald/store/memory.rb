@@ -58,15 +58,18 @@ module Herald
       def backlog(channel, last_id = 0, site_id: nil)
         @lock.synchronize do
           ch = @channels[Store.channel_key(channel, site_id)] or return []
-          live(ch.messages, ch.max_age).select { |m| m.message_id > last_id }
+          # Messages are in id order: find the start by binary search, check age only on what is returned.
+          i = ch.messages.bsearch_index { |m| m.message_id > last_id } or return []
+          live(ch.messages[i..], ch.max_age)
         end
       end
 
       def global_backlog(last_id = 0, limit: nil)
         @lock.synchronize do
           @global.reject! { |m| !retained?(m) } if @global.first && !retained?(@global.first)
-          found = @global.select { |m| m.global_id > last_id }
-          limit ? found.first(limit) : found
+          # @global is in id order: a binary search, not a scan (deferred subscribers read in batches).
+          i = @global.bsearch_index { |m| m.global_id > last_id } or return []
+          @global[i, limit || @global.size - i]
         end
       end
 
