@@ -49,11 +49,17 @@ module Herald
 
       def parser
         OptionParser.new do |o|
-          o.on("--dir DIR", "log directory (default ./herald-data, or $HERALD_DIR)") { |v| @options[:dir] = v }
+          o.on("--dir DIR", "log directory (default ./herald-data, or $HERALD_DIR)") { |v| @options.update(dir: v, dir_given: true) }
         end
       end
 
-      def bus = @bus ||= Bus.new(store: Store::Log.new(dir: @options[:dir]))
+      # --dir wins; else $HERALD_STORE (a redis://, postgres:// URL or a directory), as Herald.configure reads it.
+      def bus = @bus ||= Bus.new(store: store)
+
+      def store
+        return Store::Log.new(dir: @options[:dir]) if @options[:dir_given] || ENV["HERALD_STORE"].to_s.empty?
+        Store.from_url(ENV["HERALD_STORE"])
+      end
 
       def arg!(index, name)
         @args[index] or raise ArgumentError, "missing #{name}"

@@ -10,6 +10,11 @@ class PostgresStoreTest < Minitest::Test
   include StoreContract
   include NetworkedStoreContract
 
+  def setup
+    Herald::TestServers.require!(self, :postgres)
+    super
+  end
+
   def build_store(**options)
     Herald::Store::Postgres.new(url: url, table: "t_#{SecureRandom.hex(5)}", **options)
   end

@@ -9,6 +9,11 @@ class RedisStoreTest < Minitest::Test
   include StoreContract
   include NetworkedStoreContract
 
+  def setup
+    Herald::TestServers.require!(self, :redis)
+    super
+  end
+
   def build_store(**options)
     Herald::Store::Redis.new(url: url, namespace: "t#{SecureRandom.hex(6)}", on_reset: ->(*) {}, **options)
   end

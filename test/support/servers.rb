@@ -44,6 +44,13 @@ module Herald
         end
       end
 
+      # For a test's setup: the server's URL, or skip (loudly, naming the packages) / fail in CI.
+      def require!(test, kind)
+        (kind == :redis) ? redis_url : postgres_url
+      rescue Unavailable => e
+        ENV["CI"] ? test.flunk(e.message) : test.skip(e.message)
+      end
+
       def spawned_redis? = !ENV["REDIS_URL"] && @urls.key?(:redis)
 
       private
