@@ -49,7 +49,7 @@ module Herald
 
       def parser
         OptionParser.new do |o|
-          o.on("--dir DIR", "log directory (default ./herald-data, or $HERALD_DIR)") { |v| @options.update(dir: v, dir_given: true) }
+          o.on("--dir DIR", "log directory (default ./herald-data, or $HERALD_DIR)") { |v| @options[:dir] = @dir_given = v }
         end
       end
 
@@ -57,7 +57,7 @@ module Herald
       def bus = @bus ||= Bus.new(store: store)
 
       def store
-        return Store::Log.new(dir: @options[:dir]) if @options[:dir_given] || ENV["HERALD_STORE"].to_s.empty?
+        return Store::Log.new(dir: @options[:dir]) if @dir_given || ENV["HERALD_STORE"].to_s.empty?
         Store.from_url(ENV["HERALD_STORE"])
       end
 
