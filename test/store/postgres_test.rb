@@ -66,6 +66,25 @@ class PostgresStoreTest < Minitest::Test
     assert_equal @store.global_backlog(0).map(&:global_id).drop(1), seen, "a poller never skips a late commit"
   end
 
+  # Garbage collection in a forked child must not close the parent's sessions (its lease, its listener).
+  def test_a_forked_child_leaves_the_parents_sessions_alone
+    lease = @store.lease("fork-lease")
+    assert lease
+    append("/fork", 1)
+    @store.wait(@store.last_global_id, timeout: 0.05) # the listener is connected
+    pid = in_child do
+      assert_equal [1], @store.backlog("/fork", 0).map(&:data)
+      # What garbage collection does to every inherited connection object the child drops:
+      ObjectSpace.each_object(PG::Connection) { |c| c.finish unless c.finished? }
+    end
+    Process.wait(pid)
+    assert_predicate $?, :success?
+    assert_nil twin_store(@store).lease("fork-lease"), "the parent's advisory lock was freed by the child"
+    append("/fork", 2)
+    assert_equal [1, 2], @store.backlog("/fork", 0).map(&:data)
+    lease.release
+  end
+
   def test_migrate_command_creates_the_schema
     table = "m_#{SecureRandom.hex(4)}"
     out = StringIO.new

@@ -18,6 +18,7 @@ module Herald
         @lock = Mutex.new
         @available = ConditionVariable.new
         @idle = []
+        @all = [] # every open connection, checked out or not: a fork must abandon them all
         @created = 0
         @pid = ForkTracker.pid
       end
@@ -42,8 +43,9 @@ module Herald
       def after_fork
         @lock = Mutex.new
         @available = ConditionVariable.new
-        @idle.each { |c| @abandon.call(c) }
+        @all.each { |c| @abandon.call(c) }
         @idle = []
+        @all = []
         @created = 0
         @pid = ForkTracker.pid
       end
@@ -52,6 +54,7 @@ module Herald
         @lock.synchronize do
           @idle.each { |c| @close.call(c) }
           @created -= @idle.size
+          @all -= @idle
           @idle.clear
         end
       end
@@ -78,7 +81,9 @@ module Herald
       end
 
       def connect_one
-        @connect.call
+        conn = @connect.call
+        @lock.synchronize { @all << conn }
+        conn
       rescue Exception # standard:disable Lint/RescueException
         @lock.synchronize do
           @created -= 1
@@ -101,6 +106,7 @@ module Herald
         nil
       ensure
         @lock.synchronize do
+          @all.delete(conn)
           @created -= 1
           @available.signal
         end

@@ -49,6 +49,7 @@ module Herald
         @on_reset = on_reset || ->(old, new) { warn "[herald] PostgreSQL store #{table} was reset (epoch #{old} -> #{new})" }
         @statements = STATEMENTS.transform_values { |sql| format(sql, t: table) }
         @retention = {}
+        @lease_conns = []
         @swept = {} # channel key => the max_backlog_size its range was last trimmed to
         @epoch = nil
         @closed = false
@@ -140,12 +141,21 @@ module Herald
           conn.close
           return nil
         end
-        Lease.new { conn.close unless conn.finished? }
+        @lease_conns << conn
+        Lease.new do
+          @lease_conns.delete(conn)
+          conn.close unless conn.finished?
+        end
       end
 
       # Forget connections and threads inherited from the parent (runs by itself in a forked child).
+      # The listener's and the leases' connections are the parent's too: abandoned, never closed (a close,
+      # even by garbage collection, would end the parent's session and free its advisory locks).
       def after_fork
         @pool.after_fork
+        [@listener_conn, *@lease_conns].compact.each { |c| abandon(c) }
+        @listener_conn = nil
+        @lease_conns = []
       end
 
       def close
@@ -231,7 +241,7 @@ module Herald
 
       # The notifier's listener: LISTEN on a dedicated connection, blocking in wait_for_notify.
       def listen(notifier)
-        conn = PG.connect(@url, **@connect_options)
+        conn = @listener_conn = PG.connect(@url, **@connect_options)
         quiet(conn)
         conn.exec("LISTEN #{notify_channel}")
         notifier.ready(last_global_id)
