@@ -75,6 +75,24 @@ module Herald
       end
     end
 
+    # A channel's retention as this process knows it: the store's defaults until a publish names its own
+    # (per-publish max_backlog_size / max_backlog_age become the channel's retention from then on).
+    class Retention
+      def initialize(max_backlog_size, max_backlog_age)
+        @default = [max_backlog_size, max_backlog_age].freeze
+        @by_key = {}
+      end
+
+      # => [size, age] for the channel key; a size or age given is remembered for the key first.
+      def for(key, size = nil, age = nil)
+        return @by_key.fetch(key, @default) unless size || age
+        stored = (@by_key[key] ||= @default.dup)
+        stored[0] = size if size
+        stored[1] = age if age
+        stored
+      end
+    end
+
     # The value a lease returns: release it to let another owner in.
     class Lease
       def initialize(&release)

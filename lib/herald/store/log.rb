@@ -152,7 +152,7 @@ module Herald
         gid = @index.last_global_id + 1 + @staged
         mid = ch.last_id + 1 + pending
         Record.encode(buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
-        WrittenMessage.new(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
+        Message.build(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
       end
 
       # A channel's non-default retention goes into each of its records, so it survives the deletion of

@@ -46,6 +46,8 @@ module Herald
       # A message read from a record: holds the record string and reads each field out of it on first
       # access, so a backlog of 100 builds 100 small objects and nothing else until someone looks.
       class Message < Herald::Message
+        include Herald::Message::LazyTargets
+
         NO_TARGETS = [nil, nil, nil].freeze
         JSON_ID = Codec::Json.id
 
@@ -82,21 +84,6 @@ module Herald
           end
         end
 
-        def data
-          return @data if defined?(@data)
-          @data = codec.decode(payload)
-        end
-
-        def user_ids = unpacked_targets[0]
-
-        def group_ids = unpacked_targets[1]
-
-        def client_ids = unpacked_targets[2]
-
-        def public? = unpacked_targets.none?
-
-        def targets = {user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id}
-
         private
 
         def lengths = @lengths ||= @record.unpack("NNN", offset: LENGTHS_AT)
@@ -110,24 +97,6 @@ module Herald
             MessagePack.unpack(@record.byteslice(HEADER_SIZE + lengths[0] + site_length, lengths[2])).freeze
           end
         end
-      end
-
-      # The Message an append returns, built with positional arguments (ten keywords cost ~1 us).
-      class Written < Herald::Message
-        # standard:disable Lint/MissingSuper
-        def initialize(global_id, message_id, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
-          @global_id = global_id
-          @message_id = message_id
-          @channel = channel
-          @payload = payload
-          @codec = codec
-          @created_at = created_at
-          @user_ids = user_ids
-          @group_ids = group_ids
-          @client_ids = client_ids
-          @site_id = site_id
-        end
-        # standard:enable Lint/MissingSuper
       end
     end
   end

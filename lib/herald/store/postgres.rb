@@ -43,12 +43,10 @@ module Herald
         @url = url
         @table = table
         @connect_options = {application_name: "herald", connect_timeout: connect_timeout}
-        @max_backlog_size = max_backlog_size
-        @max_backlog_age = max_backlog_age
         @migrate = migrate
         @on_reset = on_reset || ->(old, new) { warn "[herald] PostgreSQL store #{table} was reset (epoch #{old} -> #{new})" }
         @statements = STATEMENTS.transform_values { |sql| format(sql, t: table) }
-        @retention = {}
+        @retention = Retention.new(max_backlog_size, max_backlog_age)
         @lease_conns = []
         @swept = {} # channel key => the max_backlog_size its range was last trimmed to
         @epoch = nil
@@ -79,7 +77,7 @@ module Herald
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ClosedError, "store is closed" if @closed
         key = Store.channel_key(channel, site_id)
-        size, age = retention(key, max_backlog_size, max_backlog_age)
+        size, age = @retention.for(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
         sweep = !max_backlog_size.nil? && @swept[key] != max_backlog_size
@@ -87,7 +85,7 @@ module Herald
         row = write { |c| c.exec_prepared("append", [key, {value: tail, format: 1}, size, created_at + age, sweep]).values.first }
         gid = row[0].to_i
         @notifier.notify(gid, key)
-        Packed::Written.new(gid, row[1].to_i, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
+        Herald::Message.build(gid, row[1].to_i, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
       def last_id(channel, site_id: nil)
@@ -200,16 +198,6 @@ module Herald
         conn.socket_io.reopen(IO::NULL)
       rescue
         nil
-      end
-
-      def retention(key, size, age)
-        if size || age
-          stored = (@retention[key] ||= [@max_backlog_size, @max_backlog_age])
-          stored[0] = size if size
-          stored[1] = age if age
-          return stored
-        end
-        @retention.fetch(key) { [@max_backlog_size, @max_backlog_age] }
       end
 
       def write(&block)

@@ -60,8 +60,6 @@ module Herald
         @driver = Redis.driver(driver)
         @config = RedisClient.config(url: url, connect_timeout: connect_timeout, reconnect_attempts: 0, driver: @driver)
         @namespace = namespace
-        @max_backlog_size = max_backlog_size
-        @max_backlog_age = max_backlog_age
         @max_global = max_global_backlog_size
         @on_reset = on_reset || ->(old, new) { warn "[herald] Redis store #{namespace} was reset (epoch #{old} -> #{new}): ids restart above the old ones" }
         @meta_key = "#{namespace}:meta"
@@ -69,7 +67,7 @@ module Herald
         @global_key = "#{namespace}:global"
         @wake_channel = "#{namespace}:wake"
         @channel_keys = {}
-        @retention = {}
+        @retention = Retention.new(max_backlog_size, max_backlog_age)
         @epoch = nil # the epoch this instance last saw
         @high = 0 # the highest global id this instance has seen
         @next_epoch = Store.new_epoch
@@ -87,14 +85,14 @@ module Herald
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ClosedError, "store is closed" if @closed
         key = Store.channel_key(channel, site_id)
-        size, age = retention(key, max_backlog_size, max_backlog_age)
+        size, age = @retention.for(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
         gid, mid, epoch, reset = evalsha(Scripts::APPEND, [@meta_key, @ids_key, channel_key(key), @global_key,
           key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel, size / 16])
         saw(epoch, gid, reset == 1)
         @notifier.notify(gid, key)
-        Packed::Written.new(gid, mid, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
+        Herald::Message.build(gid, mid, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
       def last_id(channel, site_id: nil)
@@ -115,7 +113,7 @@ module Herald
       # Newest first, at most the channel's size (trimming is batched), then put back in order.
       def backlog(channel, last_id = 0, site_id: nil)
         key = Store.channel_key(channel, site_id)
-        size = @retention.fetch(key, nil)&.first || @max_backlog_size
+        size = @retention.for(key).first
         cached(key, last_id) do
           records = read { |r| r.call_v(["ZRANGE", channel_key(key), "+inf", "(#{last_id}", "BYSCORE", "REV", "LIMIT", 0, size]) }
           Packed.decode_all(records.reverse!, channel)
@@ -186,16 +184,6 @@ module Herald
           @channel_keys.clear if @channel_keys.size > 10_000
           "#{@namespace}:ch:#{key}"
         end
-      end
-
-      def retention(key, size, age)
-        if size || age
-          stored = (@retention[key] ||= [@max_backlog_size, @max_backlog_age])
-          stored[0] = size if size
-          stored[1] = age if age
-          return stored
-        end
-        @retention.fetch(key) { [@max_backlog_size, @max_backlog_age] }
       end
 
       def clock_floor = Time.now.to_i << 20
