@@ -28,6 +28,7 @@ require_relative "herald/store/packed"   # one binary string per message, for th
 require_relative "herald/store/pool"     # connection pool (threads, forks, lost connections)
 require_relative "herald/store/notifier" # listener thread: cross-process wakeups
 require_relative "herald/store/backlog_cache" # channel backlogs kept until the listener hears a change
+require_relative "herald/store/networked"     # what the Redis and PostgreSQL stores share: reads, waits
 # The networked stores load their client gem (redis-client, pg) on first use, so apps need only the one they use.
 Herald::Store.autoload :Redis, File.expand_path("herald/store/redis", __dir__)
 Herald::Store.autoload :Postgres, File.expand_path("herald/store/postgres", __dir__)

@@ -16,12 +16,13 @@ module Herald
     # Reads are retried with backoff after a lost connection (readers keep their place: no loss, no
     # duplicate); a publish is not retried, since it may have committed: the caller decides.
     class Postgres
-      include BacklogCache::Reads
+      include Networked
 
       DEFAULT_URL = "postgres://localhost/herald"
       DEFAULT_POOL = 5
       RETRIES = [0.05, 0.2, 0.5, 1.0].freeze
       LOST = [PG::ConnectionBad, PG::UnableToSend, PG::AdminShutdown].freeze
+      READ_RETRY_ON = [*LOST, ConnectionError].freeze
       STATEMENTS = {
         "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4, $5)",
         "backlog" => "SELECT record FROM %<t>s_messages WHERE key = $1 AND message_id > $2 ORDER BY message_id",
@@ -120,11 +121,6 @@ module Herald
         @epoch
       end
 
-      def wait(last_global_id, timeout:)
-        raise ClosedError, "store is closed" if @closed
-        @notifier.wait(last_global_id, timeout)
-      end
-
       def load_cursor(name) = first_value(read { |c| c.exec_prepared("load_cursor", [name]) }).to_i
 
       def save_cursor(name, global_id)
@@ -203,22 +199,12 @@ module Herald
       def write(&block)
         @pool.with(&block)
       rescue *LOST => e
-        raise ConnectionError, "lost the connection to PostgreSQL at #{@url}: #{e.message.strip}"
+        raise ConnectionError, lost_connection(e)
       rescue PG::ReadOnlySqlTransaction => e
         raise ReadOnlyError, "PostgreSQL at #{@url} is read-only (#{e.message.strip}): point the store at the primary"
       end
 
-      def read(&block)
-        attempt = 0
-        begin
-          @pool.with(&block)
-        rescue *LOST, ConnectionError => e
-          raise ConnectionError, "lost the connection to PostgreSQL at #{@url}: #{e.message.strip}" if attempt >= RETRIES.size || @closed
-          sleep RETRIES[attempt]
-          attempt += 1
-          retry
-        end
-      end
+      def lost_connection(error) = "lost the connection to PostgreSQL at #{@url}: #{error.message.strip}"
 
       def saw(epoch)
         return if epoch.nil? || epoch == @epoch

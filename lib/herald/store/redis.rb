@@ -19,13 +19,14 @@ module Herald
     # Per-publish max_backlog_size/age overrides are remembered by this process (the first publish after a
     # restart falls back to the store defaults until it passes them again).
     class Redis
-      include BacklogCache::Reads
+      include Networked
 
       DEFAULT_URL = "redis://127.0.0.1:6379/0"
       DEFAULT_POOL = 5
       DEFAULT_MAX_GLOBAL_BACKLOG_SIZE = 10_000
       LEASE_TTL = 30 # seconds; renewed every third of it while held
       RETRIES = [0.05, 0.2, 0.5].freeze # backoff for reads after a lost connection
+      READ_RETRY_ON = [RedisClient::ConnectionError].freeze
 
       attr_reader :url, :namespace, :driver
 
@@ -132,11 +133,6 @@ module Herald
         @epoch
       end
 
-      def wait(last_global_id, timeout:)
-        raise ClosedError, "store is closed" if @closed
-        @notifier.wait(last_global_id, timeout)
-      end
-
       def load_cursor(name) = read { |r| r.call_v(["HGET", "#{@namespace}:cursors", name]) }.to_i
 
       def save_cursor(name, global_id)
@@ -207,20 +203,10 @@ module Herald
       rescue RedisClient::CommandError => e
         raise StoreError, "Redis refused the command: #{e.message}"
       rescue RedisClient::ConnectionError => e
-        raise ConnectionError, "Redis at #{@url} is unreachable: #{e.message}"
+        raise ConnectionError, lost_connection(e)
       end
 
-      def read(&block)
-        attempt = 0
-        begin
-          @pool.with(&block)
-        rescue RedisClient::ConnectionError => e
-          raise ConnectionError, "Redis at #{@url} is unreachable: #{e.message}" if attempt >= RETRIES.size || @closed
-          sleep RETRIES[attempt]
-          attempt += 1
-          retry
-        end
-      end
+      def lost_connection(error) = "Redis at #{@url} is unreachable: #{error.message}"
 
       # Records what the server answered; a changed epoch or ids going backwards is a reset.
       def observe(epoch, gid)
