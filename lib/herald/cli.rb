@@ -41,7 +41,7 @@ module Herald
       def initialize(argv, out:, err:)
         @out = out
         @err = err
-        @options = {dir: ENV.fetch("HERALD_DIR", "herald-data")}
+        @options = {dir: Store::Log.default_dir}
         @args = parser.parse(argv)
       end
 

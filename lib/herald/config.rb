@@ -19,7 +19,7 @@ module Herald
 
     def resolve_store
       case store
-      when nil then Store::Log.new(dir: ENV.fetch("HERALD_DIR", "herald-data"))
+      when nil then Store::Log.new(dir: Store::Log.default_dir)
       when :memory then Store::Memory.new
       when String then Store.from_url(store)
       else store

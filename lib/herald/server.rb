@@ -17,7 +17,7 @@ module Herald
   class Server
     DEFAULT_HOST = "127.0.0.1"
     DEFAULT_PORT = 9292
-    DEFAULT_DIR = "herald-data"
+    DEFAULT_DIR = Store::Log::DEFAULT_DIR
     DEFAULT_THREADS = 5 # Puma's default; poll replies are short and CPU-bound, 2 cores
 
     attr_reader :bus, :host

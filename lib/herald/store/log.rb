@@ -24,6 +24,10 @@ module Herald
       include Cursors
 
       DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
+      DEFAULT_DIR = "herald-data"
+
+      # Where the embedded log lives when nobody says: $HERALD_DIR, else ./herald-data (facade, CLI).
+      def self.default_dir = ENV.fetch("HERALD_DIR", DEFAULT_DIR)
 
       attr_reader :dir, :fsync, :corrupt_records
 
