@@ -61,7 +61,7 @@ module Herald
             prepare_append
             key = site_id ? Store.channel_key(channel, site_id) : channel
             ch = @index.channel(key)
-            retention = (max_backlog_size || max_backlog_age) ? [max_backlog_size || ch.max_size, max_backlog_age || ch.max_age] : carried(ch)
+            retention = retention_for(ch, max_backlog_size, max_backlog_age)
             m = stage(@buffer, ch, 0, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
             storing { @segments.last.write(@buffer) }
             @syncer.written
@@ -157,6 +157,13 @@ module Herald
         mid = ch.last_id + 1 + pending
         Record.encode(buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
         Message.build(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
+      end
+
+      # The retention a record carries: what its publish names (the rest from the channel), else the
+      # channel's own when not the store's default.
+      def retention_for(ch, max_size, max_age)
+        return carried(ch) unless max_size || max_age
+        [max_size || ch.max_size, max_age || ch.max_age]
       end
 
       # A channel's non-default retention goes into each of its records, so it survives the deletion of

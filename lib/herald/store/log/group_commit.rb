@@ -92,7 +92,7 @@ module Herald
             channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age = p.request
             key = site_id ? Store.channel_key(channel, site_id) : channel
             ch = @index.channel(key)
-            retention = (max_size || max_age) ? [max_size || ch.max_size, max_age || ch.max_age] : carried(ch)
+            retention = retention_for(ch, max_size, max_age)
             p.message = stage(@buffer, ch, counts[key], retention, channel, payload, codec, created_at,
               user_ids, group_ids, client_ids, site_id)
             counts[key] += 1
