@@ -5,6 +5,7 @@
 # The parts, in dependency order:
 require_relative "herald/version"
 require_relative "herald/errors"
+require_relative "herald/logger"         # Herald.logger: where warnings go ($stderr, or Rails.logger)
 require_relative "herald/fork_tracker"   # Process._fork hook: stores drop inherited connections
 require_relative "herald/codec"          # codec interface + registry
 require_relative "herald/codec/json"

@@ -18,7 +18,7 @@ module Herald
     def initialize(store: Store::Memory.new, codec: :json, on_error: nil)
       @store = store
       @codec = Codec.fetch(codec)
-      @on_error = on_error || ->(error, msg) { warn "[herald] subscriber failed on #{msg&.channel}: #{error.class}: #{error.message}" }
+      @on_error = on_error || ->(error, msg) { Herald.logger.warn "subscriber failed on #{msg&.channel}: #{error.class}: #{error.message}" }
       @lock = Mutex.new
       @subscriptions = []
       @pending = [] # new subscriptions, caught up by the dispatcher before they go live

@@ -32,7 +32,7 @@ module Herald
         @callbacks.dup.each do |callback|
           callback.call
         rescue => e
-          warn "[herald] after_fork callback failed: #{e.class}: #{e.message}"
+          Herald.logger.warn "after_fork callback failed: #{e.class}: #{e.message}"
         end
       end
     end

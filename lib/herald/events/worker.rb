@@ -115,7 +115,7 @@ module Herald
         klass = msg.data.class
         @classes.any? { |c| klass <= c }
       rescue UnknownEventClassError => e
-        warn "[herald] #{@name}: skipping #{msg.channel} ##{msg.global_id}: #{e.message}"
+        Herald.logger.warn "#{@name}: skipping #{msg.channel} ##{msg.global_id}: #{e.message}"
         nil # undecided: not cached, so the channel is looked at again once the class is loaded
       end
 

@@ -46,7 +46,7 @@ module Herald
       def initialize(store:, subscribers:, threads:, on_error: nil)
         @store = store
         @stopper = Stopper.new
-        @on_error = on_error || ->(e, name) { warn "[herald] deferred subscriber #{name} failed: #{e.class}: #{e.message}" }
+        @on_error = on_error || ->(e, name) { Herald.logger.warn "deferred subscriber #{name} failed: #{e.class}: #{e.message}" }
         @workers = subscribers.map { |s| Worker.new(s, store: store, stopper: @stopper) }
         groups = Array.new([threads, @workers.size].min) { [] }
         @workers.each_with_index { |w, i| groups[i % groups.size] << w }

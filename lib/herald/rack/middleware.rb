@@ -50,7 +50,7 @@ module Herald
         @prefix = "#{normalize_base(@options[:base_route])}message-bus/"
         @wire = Wire.new
         @filters = @options[:client_message_filters].to_a.freeze
-        @on_error = @options[:on_error] || ->(e) { warn "[herald] http transport: #{e.class}: #{e.message}" }
+        @on_error = @options[:on_error] || ->(e) { Herald.logger.warn "http transport: #{e.class}: #{e.message}" }
         @lock = Mutex.new
         @reactor = nil
         @pid = nil

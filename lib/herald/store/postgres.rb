@@ -45,7 +45,7 @@ module Herald
         @table = table
         @connect_options = {application_name: "herald", connect_timeout: connect_timeout}
         @migrate = migrate
-        @on_reset = on_reset || ->(old, new) { warn "[herald] PostgreSQL store #{table} was reset (epoch #{old} -> #{new})" }
+        @on_reset = on_reset || ->(old, new) { Herald.logger.warn "PostgreSQL store #{table} was reset (epoch #{old} -> #{new})" }
         @statements = STATEMENTS.transform_values { |sql| format(sql, t: table) }
         @retention = Retention.new(max_backlog_size, max_backlog_age)
         @lease_conns = []

@@ -62,7 +62,7 @@ module Herald
         @config = RedisClient.config(url: url, connect_timeout: connect_timeout, reconnect_attempts: 0, driver: @driver)
         @namespace = namespace
         @max_global = max_global_backlog_size
-        @on_reset = on_reset || ->(old, new) { warn "[herald] Redis store #{namespace} was reset (epoch #{old} -> #{new}): ids restart above the old ones" }
+        @on_reset = on_reset || ->(old, new) { Herald.logger.warn "Redis store #{namespace} was reset (epoch #{old} -> #{new}): ids restart above the old ones" }
         @meta_key = "#{namespace}:meta"
         @ids_key = "#{namespace}:ids"
         @global_key = "#{namespace}:global"

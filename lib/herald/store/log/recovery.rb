@@ -114,15 +114,15 @@ module Herald
         def cut_tail(segment)
           return unless @write_lock
           cut = segment.truncate_tail!
-          warn "[herald] #{segment.path}: cut #{cut} bytes of torn or damaged tail at offset #{segment.size}" if cut > 0
+          Herald.logger.warn "#{segment.path}: cut #{cut} bytes of torn or damaged tail at offset #{segment.size}" if cut > 0
         rescue SystemCallError => e
-          warn "[herald] #{segment.path}: could not cut the damaged tail (#{e.message})"
+          Herald.logger.warn "#{segment.path}: could not cut the damaged tail (#{e.message})"
         end
 
         def corrupt(segment, offset)
           error = CorruptRecordError.new(segment: segment.path, offset: offset)
           @corrupt_records << error
-          warn "[herald] #{error.message}: skipped (run `herald check #{@dir}`)"
+          Herald.logger.warn "#{error.message}: skipped (run `herald check #{@dir}`)"
         end
 
         # The active segment is full: sync it, start the next one (named by the next global id), and

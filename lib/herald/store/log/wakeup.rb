@@ -90,7 +90,7 @@ module Herald
         def wake
           @on_wake.call
         rescue => e
-          warn "[herald] log reader failed: #{e.class}: #{e.message}"
+          Herald.logger.warn "log reader failed: #{e.class}: #{e.message}"
           sleep POLL
         end
 
