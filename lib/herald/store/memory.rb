@@ -94,6 +94,7 @@ module Herald
       def load_cursor(name) = @lock.synchronize { @cursors.fetch(name, 0) }
 
       def save_cursor(name, global_id)
+        Store.validate_cursor!(global_id)
         @lock.synchronize { @cursors[name] = global_id }
       end
 
