@@ -121,9 +121,13 @@ module Herald
         @epoch
       end
 
-      def load_cursor(name) = first_value(read { |c| c.exec_prepared("load_cursor", [name]) }).to_i
+      def load_cursor(name)
+        raw = first_value(read { |c| c.exec_prepared("load_cursor", [name]) })
+        Store.parse_cursor(raw, name: name, where: "the table #{@table}_cursors")
+      end
 
       def save_cursor(name, global_id)
+        Store.validate_cursor!(global_id)
         write { |c| c.exec_prepared("save_cursor", [name, global_id]) }
       end
 
