@@ -80,7 +80,7 @@ module Herald
         when :abandon then socket.write(c.bytes)
         when :truncated then truncated(c, socket)
         else
-          c.delivery == :slow ? write_slowly(c, socket) : socket.write(c.bytes)
+          (c.delivery == :slow) ? write_slowly(c, socket) : socket.write(c.bytes)
           c.parks ? listen_briefly(c, socket) : await_reply(c, socket)
         end
       rescue Errno::ECONNRESET, Errno::EPIPE
