@@ -52,6 +52,26 @@ class SseAndMsgpackTest < Minitest::Test
     assert_equal [{"event" => "status", "data" => %({"global_id":-1,"message_id":-1,"channel":"/__status","data":{"/a":1}})}], events
   end
 
+  # SSE is text: an EventSource asking for MessagePack still gets text/event-stream with JSON data lines,
+  # on a JSON bus and on a MessagePack bus, over a hijacked socket and as a Rack body.
+  def test_sse_is_text_event_stream_with_json_data_whatever_accept_says
+    [:json, :msgpack].each do |codec|
+      bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: codec)
+      mw = Herald::Rack::Middleware.new(APP, bus: bus, long_polling_interval: 0.3)
+      @middlewares << mw
+      bus.publish("/chat", {"text" => "héllo 🎉"})
+      socket = puma(mw).request("", method: "GET", type: nil, path: "/message-bus/c1/sse?%2Fchat=0", headers: {"Accept" => MSGPACK})
+      _, headers, body = Server.read(socket)
+      response = mock(mw).get("/message-bus/c2/sse?%2Fchat=0", "HTTP_ACCEPT" => MSGPACK)
+      [[headers.to_h["content-type"], body], [response.headers["content-type"], response.body]].each do |type, text|
+        assert_equal "text/event-stream", type, codec
+        assert_equal [{"text" => "héllo 🎉"}], sse_events(text.force_encoding("UTF-8")).map { |e| JSON.parse(e["data"])["data"] }, codec
+      end
+    ensure
+      bus&.close
+    end
+  end
+
   def test_msgpack_reply_has_the_same_shape
     @bus.publish("/chat", {"x" => [1, 2]})
     response = poll(mock, {"/chat" => 0, "/other" => -1}, query: "dlp=t", HTTP_ACCEPT: MSGPACK)
