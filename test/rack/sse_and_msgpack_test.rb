@@ -72,6 +72,43 @@ class SseAndMsgpackTest < Minitest::Test
     end
   end
 
+  # A MessagePack bus carries what JSON cannot: binary strings (bytes that are not UTF-8) and NaN. A JSON
+  # client still gets the message (binary as text, invalid bytes as U+FFFD, NaN as null, as JavaScript's
+  # JSON.stringify does), in a reply, a stream and SSE; a MessagePack client gets every byte unchanged.
+  def test_binary_and_nan_from_a_msgpack_bus_reach_json_clients
+    bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: :msgpack)
+    mw = Herald::Rack::Middleware.new(APP, bus: bus, long_polling_interval: 0.3)
+    @middlewares << mw
+    data = {"bin" => "\xFF\x00ok".b, "utf8 as binary".b => "é".b, "nan" => Float::NAN, "list" => ["\xC3".b, 1.5]}
+    as_json = {"bin" => "\uFFFD\u0000ok", "utf8 as binary" => "é", "nan" => nil, "list" => ["\uFFFD", 1.5]}
+    bus.publish("/chat", data)
+    reply = poll(mock(mw), {"/chat" => 0}, query: "dlp=t")
+    assert_equal 200, reply.status
+    assert_equal [as_json], ids(JSON.parse(reply.body))
+    stream = poll(mock(mw), {"/chat" => 0}, client: "c2")
+    assert_equal [[as_json], []], segments(stream.body).map { |s| ids(s) }
+    sse = mock(mw).get("/message-bus/c3/sse?%2Fchat=0")
+    assert_equal [as_json], sse_events(sse.body.force_encoding("UTF-8")).map { |e| JSON.parse(e["data"])["data"] }
+    packed = MessagePack.unpack(poll(mock(mw), {"/chat" => 0}, query: "dlp=t", HTTP_ACCEPT: MSGPACK).body)
+    assert_equal "\xFF\x00ok".b, packed.first["data"]["bin"]
+    assert_equal Encoding::BINARY, packed.first["data"]["bin"].encoding
+  ensure
+    bus&.close
+  end
+
+  # Published while the client is parked: the event loop builds the JSON bytes, and the client gets them.
+  def test_binary_from_a_msgpack_bus_reaches_a_parked_json_client
+    bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: :msgpack)
+    mw = Herald::Rack::Middleware.new(APP, bus: bus, long_polling_interval: 2)
+    @middlewares << mw
+    waiting = in_thread { poll(mock(mw), {"/chat" => nil}, HTTP_DONT_CHUNK: "t") }
+    parked(mw)
+    bus.publish("/chat", "\xFFbytes".b)
+    assert_equal ["\uFFFDbytes"], ids(JSON.parse(waiting.value.body))
+  ensure
+    bus&.close
+  end
+
   def test_msgpack_reply_has_the_same_shape
     @bus.publish("/chat", {"x" => [1, 2]})
     response = poll(mock, {"/chat" => 0, "/other" => -1}, query: "dlp=t", HTTP_ACCEPT: MSGPACK)

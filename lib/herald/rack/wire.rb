@@ -36,6 +36,19 @@ module Herald
       # HTTP/1.1 chunked framing of one piece of body, for sockets we write ourselves (full hijack).
       def self.frame(bytes) = "#{bytes.bytesize.to_s(16)}\r\n#{bytes}\r\n".b.freeze
 
+      # Data from another codec (MessagePack) as JSON can carry it: a binary string is read as UTF-8 and
+      # bytes that are not UTF-8 become U+FFFD; NaN and Infinity become null (JavaScript's JSON.stringify).
+      # Only JSON clients see this; MessagePack clients get the stored bytes unchanged.
+      def self.textual(value)
+        case value
+        when String then (value.valid_encoding? && value.encoding != Encoding::BINARY) ? value : value.dup.force_encoding(Encoding::UTF_8).scrub
+        when Hash then value.to_h { |k, v| [textual(k), textual(v)] }
+        when Array then value.map { |v| textual(v) }
+        when Float then value.finite? ? value : nil
+        else value
+        end
+      end
+
       EMPTY_SEGMENT = segment("[]")
       EMPTY_CHUNK = frame(EMPTY_SEGMENT)
 
@@ -146,7 +159,7 @@ module Herald
       end
 
       def build_json(msg)
-        data = msg.codec.equal?(Codec::Json) ? msg.payload : JSON.generate(msg.data)
+        data = msg.codec.equal?(Codec::Json) ? msg.payload : JSON.generate(Wire.textual(msg.data))
         head = %({"global_id":#{msg.global_id},"message_id":#{msg.message_id},"channel":)
         (head.b << JSON.generate(msg.channel).b << ',"data":' << data.b << "}").freeze
       end
