@@ -76,6 +76,19 @@ class DemoAppTest < Minitest::Test
     assert_equal [[text, "zoë"]] * 3, @bus.backlog("/chat", 0).map { |m| m.data.values_at("text", "name") }
   end
 
+  # The page's own form through the default store (the log): the bytes come back as sent.
+  def test_non_ascii_text_through_the_log_store
+    Dir.mktmpdir do |dir|
+      bus = Herald::Bus.new(store: Herald::Store::Log.new(dir: dir))
+      app = Rack::MockRequest.new(Rack::Lint.new(Herald::Server::DemoApp.new(bus: bus)))
+      response = app.post("/chat", "CONTENT_TYPE" => FORM, :input => URI.encode_www_form("text" => "héllo 🎉"))
+      assert_equal 201, response.status, response.body
+      assert_equal "héllo 🎉", bus.backlog("/chat", 0).last.data["text"]
+    ensure
+      bus&.close
+    end
+  end
+
   # The whole allowed length of 4-byte characters, percent-escaped (12 bytes each): all of it is published.
   def test_longest_text_of_emoji_is_published_whole
     assert_equal 201, post_form("text" => "🎉" * 2000).status

@@ -36,19 +36,6 @@ module Herald
       # HTTP/1.1 chunked framing of one piece of body, for sockets we write ourselves (full hijack).
       def self.frame(bytes) = "#{bytes.bytesize.to_s(16)}\r\n#{bytes}\r\n".b.freeze
 
-      # Data from another codec (MessagePack) as JSON can carry it: a binary string is read as UTF-8 and
-      # bytes that are not UTF-8 become U+FFFD; NaN and Infinity become null (JavaScript's JSON.stringify).
-      # Only JSON clients see this; MessagePack clients get the stored bytes unchanged.
-      def self.textual(value)
-        case value
-        when String then (value.valid_encoding? && value.encoding != Encoding::BINARY) ? value : value.dup.force_encoding(Encoding::UTF_8).scrub
-        when Hash then value.to_h { |k, v| [textual(k), textual(v)] }
-        when Array then value.map { |v| textual(v) }
-        when Float then value.finite? ? value : nil
-        else value
-        end
-      end
-
       EMPTY_SEGMENT = segment("[]")
       EMPTY_CHUNK = frame(EMPTY_SEGMENT)
 
@@ -159,9 +146,19 @@ module Herald
       end
 
       def build_json(msg)
-        data = msg.codec.equal?(Codec::Json) ? msg.payload : JSON.generate(Wire.textual(msg.data))
+        data = msg.codec.equal?(Codec::Json) ? msg.payload : transcoded_json(msg)
         head = %({"global_id":#{msg.global_id},"message_id":#{msg.message_id},"channel":)
         (head.b << JSON.generate(msg.channel).b << ',"data":' << data.b << "}").freeze
+      end
+
+      # A MessagePack message for a JSON client. Binary Strings have no JSON form: such a message goes out
+      # with data null (and a warning) rather than failing the whole reply.
+      def transcoded_json(msg)
+        JSON.generate(msg.data)
+      rescue JSON::JSONError, EncodingError => e
+        Herald.logger.warn "#{msg.channel} ##{msg.global_id} has no JSON form (#{e.message}): sent with data null; " \
+          "clients that need binary should ask for application/vnd.msgpack"
+        "null"
       end
 
       def build_msgpack(msg)

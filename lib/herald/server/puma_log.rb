@@ -47,8 +47,9 @@ module Herald
 
       private
 
-      # A message may quote request bytes that are not UTF-8; a log line stays valid UTF-8.
-      def clean(text) = text.to_s.dup.force_encoding(Encoding::UTF_8).scrub
+      # A message may quote request bytes (not UTF-8, control characters, whole header blocks): a log entry
+      # stays one line of valid UTF-8 of bounded length.
+      def clean(text) = text.to_s.dup.force_encoding(Encoding::UTF_8).scrub.gsub(/[[:cntrl:]]+/, " ")[0, 500]
 
       # " (POST /message-bus/...)" from a Puma::Client; the path is inspected, it may hold any bytes.
       def request_of(req)
