@@ -43,8 +43,12 @@ module Herald
     def app = @middleware
 
     # What Puma answers when the app raised (500) or a request could not be read (400, 501): a short text
-    # instead of an empty body. The error itself goes to Herald.logger (PumaLog).
-    LOWLEVEL_ERROR = lambda do |_error, _env, status|
+    # instead of an empty body. The error itself goes to Herald.logger (PumaLog). Puma 6.6 raises more than
+    # its parser error on some malformed requests (a bare "\r\n\r\n": puma/puma#3985; a chunk shorter than
+    # its size line; a huge chunk size) and would answer 500: whatever fails while Puma reads a request,
+    # before the app runs (no "puma.socket" in the env yet), is the request's fault, a 400.
+    LOWLEVEL_ERROR = lambda do |_error, env, status|
+      status = 400 if status == 500 && !(env.is_a?(Hash) && env.key?("puma.socket"))
       detail = (status >= 500) ? ": the error is in the server's log" : ""
       [status, {"content-type" => "text/plain; charset=utf-8"}, ["#{status} #{Puma::HTTP_STATUS_CODES[status]}#{detail}\n"]]
     end

@@ -41,13 +41,25 @@ class ServerErrorsTest < Minitest::Test
     assert_equal 200, request("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
   end
 
+  # Puma 6.6 raises NoMethodError, ArgumentError or RangeError on these, and would answer 500.
+  def test_requests_puma_fails_to_read_are_a_400_and_a_warning
+    ["\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n5\r\nab\r\n0\r\n\r\n",
+      "POST / HTTP/1.1\r\nHost: x\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n#{"f" * 20}\r\nx\r\n"].each do |bytes|
+      assert_equal 400, request(bytes).first, bytes.inspect
+    end
+    refute_match(/ERROR/, @log.string)
+    assert_match(/WARN -- : http server: a request Puma could not read was refused \(400\): NoMethodError: .*puma/, @log.string)
+    assert_equal 200, request("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+  end
+
   private
 
   def request(bytes)
     socket = TCPSocket.new("127.0.0.1", @server.port)
     socket.write(bytes)
     head, body = socket.read.split("\r\n\r\n", 2)
-    [head[/\AHTTP\/1\.1 (\d+)/, 1].to_i, body]
+    [head[/\AHTTP\/1\.[01] (\d+)/, 1].to_i, body]
   ensure
     socket&.close
   end

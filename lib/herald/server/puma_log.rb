@@ -17,8 +17,13 @@ module Herald
         super(null, null)
       end
 
-      # Every 5xx Puma answers: a Rack app that raised ("Rack app"), a failed read, a listener error.
+      # Every 5xx Puma answers: a Rack app that raised ("Rack app"), a listener error. A request Puma failed
+      # to read was answered 400 (Server::LOWLEVEL_ERROR): a WARN, with where Puma failed.
       def unknown_error(error, req = nil, text = "Unknown error")
+        if text == "Read"
+          return Herald.logger.warn("http server: a request Puma could not read was refused (400): #{error.class}: " \
+            "#{clean(error.message)} (#{Array(error.backtrace).first})")
+        end
         Herald.logger.error("http server: #{text}: #{error.class}: #{clean(error.message)}#{request_of(req)}\n  " \
           "#{Array(error.backtrace).first(BACKTRACE_LINES).join("\n  ")}")
       end

@@ -194,7 +194,10 @@ module Herald
         path = pick(["/message-bus/", "/message-bus", "//message-bus/#{client_id}/poll?dlp=t", "/message-bus//poll?dlp=t",
           "/message-bus/#{client_id}/../x", "/MESSAGE-BUS/x/poll", "/message-bus/%2F/poll?dlp=t", "/message-bus/#{"é" * 10}/poll?dlp=t",
           "/message-bus/#{"x" * 200}/poll?dlp=t", "/message-bus/a%20b/poll?dlp=t", "/message-bus/🎉/sse?%2Fa=0"])
-        build(pick(%w[POST GET OPTIONS]), path, body: "%2Fa=0", type: "application/x-www-form-urlencoded")
+        method = pick(%w[POST GET OPTIONS])
+        # /message-bus/ID/anything is the poll endpoint too: without dlp=t it may park.
+        build(method, path, body: "%2Fa=0", type: "application/x-www-form-urlencoded",
+          parks: path.start_with?("/message-bus/") && !path.include?("dlp=t") && method != "OPTIONS")
       end
 
       # --- pieces ---------------------------------------------------------------------------------
