@@ -1,5 +1,6 @@
 # frozen_string_literal: true
 
+require "securerandom"
 require "socket"
 require "json"
 require "uri"
@@ -154,12 +155,15 @@ module Herald
         {statuses: statuses(bytes), bytes: bytes, eof: true, timed_out: false}
       end
 
+      # `replies` final (non-1xx) header blocks arrived, and with body: the last one's content-length bytes.
       def complete?(bytes, replies, body)
-        return false if bytes.scan(/^HTTP\/1\.[01] \d{3}/n).size < replies || !bytes.include?("\r\n\r\n")
+        starts = []
+        bytes.scan(/^HTTP\/1\.[01] [2-9]\d\d/n) { starts << $~.begin(0) }
+        return false if starts.size < replies
+        head_end = bytes.index("\r\n\r\n", starts.last) or return false
         return true unless body
-        head, rest = bytes.split("\r\n\r\n", 2)
-        length = head[/content-length: *(\d+)/ni, 1]
-        length.nil? || rest.bytesize >= length.to_i
+        length = bytes.byteslice(starts.last, head_end - starts.last)[/content-length: *(\d+)/ni, 1]
+        length.nil? || bytes.bytesize - head_end - 4 >= length.to_i
       end
 
       def statuses(bytes) = bytes.scan(/^HTTP\/1\.[01] (\d{3})/n).flatten.map(&:to_i)
