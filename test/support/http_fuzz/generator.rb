@@ -38,9 +38,11 @@ module Herald
       KINDS = {poll: 40, sse: 10, demo: 12, asset: 4, options: 4, garbage_line: 5, bad_headers: 6,
                chunked_body: 6, huge: 3, release: 4, pipelined: 3, other_path: 3}.freeze
 
-      def initialize(seed)
+      # kinds: only these (e.g. [:huge, :poll]) to aim a soak; all of KINDS by default.
+      def initialize(seed, kinds: nil)
         @seed = seed
-        @kinds = KINDS.flat_map { |kind, weight| [kind] * weight }
+        @kinds = KINDS.slice(*(kinds || KINDS.keys)).flat_map { |kind, weight| [kind] * weight }
+        raise ArgumentError, "no such kinds: #{kinds.inspect}, expected some of #{KINDS.keys}" if @kinds.empty?
       end
 
       def case_at(index)
@@ -309,7 +311,7 @@ module Herald
         lines << "Content-Length: #{body.bytesize}" unless body.empty? && chance(0.5)
         headers.each { |name, value| lines << "#{name}: #{value}".b }
         bytes = lines.map(&:b).join("\r\n") + "\r\n\r\n" + body.b
-        Case.new(bytes: bytes, well_formed: true, parks: parks)
+        Case.new(bytes: bytes, well_formed: !target.include?(" "), parks: parks) # a space splits the request line
       end
 
       def raw_request(method, target, version)

@@ -18,15 +18,16 @@ module Herald
       # (by Puma's parser, before the app). Those are the only 5xx we accept, and they are counted apart.
       NOT_IMPLEMENTED = 501
 
-      Result = Struct.new(:sent, :statuses, :failures, :not_implemented, :silent_parks, :released, keyword_init: true)
+      Result = Struct.new(:sent, :statuses, :failures, :not_implemented, :silent_parks, :released, :resets, keyword_init: true)
 
-      def initialize(host:, port:, seed:, threads: 6)
+      def initialize(host:, port:, seed:, threads: 6, kinds: nil)
         @host = host
         @port = port
-        @generator = Generator.new(seed)
+        @generator = Generator.new(seed, kinds: kinds)
         @threads = threads
         @lock = Mutex.new
-        @result = Result.new(sent: 0, statuses: Hash.new(0), failures: [], not_implemented: 0, silent_parks: 0, released: 0)
+        @result = Result.new(sent: 0, statuses: Hash.new(0), failures: [], not_implemented: 0, silent_parks: 0, released: 0,
+          resets: 0)
       end
 
       attr_reader :result
@@ -152,7 +153,7 @@ module Herald
         end
         {statuses: statuses(bytes), bytes: bytes, eof: eof, timed_out: !eof && !complete?(bytes, replies, body)}
       rescue Errno::ECONNRESET
-        {statuses: statuses(bytes), bytes: bytes, eof: true, timed_out: false}
+        {statuses: statuses(bytes), bytes: bytes, eof: true, timed_out: false, reset: true}
       end
 
       # `replies` final (non-1xx) header blocks arrived, and with body: the last one's content-length bytes.
@@ -179,6 +180,11 @@ module Herald
           end
         end
         fail_case(c, "no reply and no close within #{DEADLINE}s") if ends && got[:timed_out] && got[:statuses].empty?
+        if owed && got[:statuses].empty? && got[:reset] && c.kind == :huge
+          # A server may answer a body it will not take before reading it all, and close (RFC 9110 15.5.14);
+          # the unread bytes make the close a reset, which can destroy the reply in flight.
+          return count { @result.resets += 1 }
+        end
         fail_case(c, "closed without a reply") if owed && got[:statuses].empty? && !got[:timed_out]
         fail_case(c, "no reply within #{DEADLINE}s") if owed && got[:statuses].empty? && got[:timed_out]
       end
