@@ -44,6 +44,26 @@ module Herald
         end
       end
 
+      # A redis-server of the test's own (a fault that must not disturb the shared one: a reload, a stalled
+      # or killed server, persistence settings). Stopped at exit; `restart_redis_server!` keeps its port/dir.
+      def redis_server(*extra)
+        raise Unavailable, "redis-server not found: #{INSTALL}" unless system("command -v redis-server >/dev/null 2>&1")
+        port = free_port
+        dir = Dir.mktmpdir("herald-redis-own")
+        server = {url: "redis://127.0.0.1:#{port}/0", port: port, dir: dir, extra: extra, pid: spawn_redis(port, dir, *extra)}
+        wait_for_port(port)
+        at_exit { stop(server[:pid]) && FileUtils.rm_rf(dir) }
+        server
+      end
+
+      # SIGKILLs the server and starts it again on the same port and directory: with `appendonly yes` it
+      # replays its AOF, without persistence it comes back empty.
+      def restart_redis_server!(server, signal: :KILL)
+        stop(server[:pid], signal)
+        server[:pid] = spawn_redis(server[:port], server[:dir], *server[:extra])
+        wait_for_port(server[:port])
+      end
+
       # For a test's setup: the server's URL, or skip (loudly, naming the packages) / fail in CI.
       def require!(test, kind)
         (kind == :redis) ? redis_url : postgres_url
