@@ -95,6 +95,37 @@ module BusParity
     assert_equal [["plain 1", nil], ["plain 2", nil], ["new", "s1"], ["plain 3", nil]], drain(seen, 4)
   end
 
+  # Subscribing while other threads publish on several sites: every message after the subscription is
+  # delivered once, the site-less replay has no gap, nothing from before comes from another site.
+  def test_subscribe_on_every_site_while_publishing_has_no_gap_and_no_duplicate
+    seed = Integer(ENV.fetch("SEED", rand(1 << 30)))
+    random = Random.new(seed)
+    sites = [nil, "s1", "s2", "ü"]
+    plans = Array.new(3) { Array.new(100) { sites.sample(random: random) } }
+    seen = Queue.new
+    publishers = plans.map { |plan| Thread.new { plan.each_with_index { |site, i| @bus.publish("/c", i, site_id: site) } } }
+    sleep 0.005 * random.rand
+    from = @bus.last_id("/c") / 2
+    before = @store.last_global_id
+    @bus.subscribe("/c", from) { |m| seen << m }
+    after = @store.last_global_id
+    publishers.each(&:join)
+    @bus.publish("/c", "last")
+    got = []
+    eventually(message: "the last message never came (seed #{seed})") do
+      got << seen.pop until seen.empty?
+      got.last&.data == "last"
+    end
+    sleep 0.05
+    got << seen.pop until seen.empty?
+    all = @bus.global_backlog(0)
+    assert_equal got.map(&:global_id).uniq, got.map(&:global_id), "no duplicate (seed #{seed})"
+    expected = all.select { |m| m.global_id > after || (m.site_id.nil? && m.message_id > from) }.map(&:global_id)
+    allowed = all.select { |m| m.global_id > before || (m.site_id.nil? && m.message_id > from) }.map(&:global_id)
+    assert_empty expected - got.map(&:global_id), "no gap (seed #{seed})"
+    assert_empty got.map(&:global_id) - allowed, "nothing from before the subscription (seed #{seed})"
+  end
+
   # README, "Differences from message_bus": subscribing from the channel's last id, message_bus replays the
   # whole backlog when the next message comes; Herald delivers the new message only.
   def test_subscribing_from_the_last_id_delivers_new_messages_once
