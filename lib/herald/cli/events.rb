@@ -27,7 +27,7 @@ module Herald
         subscriber = Events.registry.find(arg!(0, "SUBSCRIBER"))
         results = Events::DeadLetters.new(store).replay(subscriber, from: @options[:from])
         results.each do |letter, error|
-          status = error ? "failed again: #{error.class}: #{error.message}" : "ok"
+          status = error ? "failed again: #{Events::Delivery.describe(error)}" : "ok"
           @out.puts "#{letter.subscriber} ##{letter.id} (global_id=#{letter.global_id}): #{status}"
         end
         @out.puts "#{results.count { |_, e| e.nil? }} replayed, #{results.count { |_, e| e }} failed"
