@@ -30,6 +30,7 @@ module Herald
       @host = host
       @port = port
       @threads = threads
+      validate_options!
       @log = log
       @bus = bus || Bus.new(store: store || Store::Log.new(dir: dir))
       @owns_bus = bus.nil?
@@ -89,9 +90,15 @@ module Herald
     rescue Errno::EADDRINUSE
       shutdown
       raise ConfigurationError, "cannot listen on #{@host}: port #{@port} is in use; stop the other server or pass --port"
-    rescue Errno::EACCES, Errno::EADDRNOTAVAIL => e
+    rescue Errno::EACCES, Errno::EADDRNOTAVAIL, SocketError => e
       shutdown
       raise ConfigurationError, "cannot listen on #{@host} port #{@port} (#{e.message}); pass another --host or --port"
+    end
+
+    # Puma takes a port modulo 65536 and, with no threads, accepts connections it never answers.
+    def validate_options!
+      raise ArgumentError, "port must be an Integer in 0..65535 (0: any free port), got #{@port.inspect}" unless @port.is_a?(Integer) && @port.between?(0, 65_535)
+      raise ArgumentError, "threads must be an Integer >= 1, got #{@threads.inspect}" unless @threads.is_a?(Integer) && @threads >= 1
     end
 
     def shutdown
