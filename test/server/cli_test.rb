@@ -104,22 +104,16 @@ class ServerCLITest < Minitest::Test
   end
 
   def test_every_bad_invocation_is_one_line_and_an_exit_status
-    cwd = File.join(@tmp, "cwd")
-    Dir.mkdir(cwd)
-    bad_invocations.each do |args, env, status, message|
-      call = "herald #{args.join(" ")} #{env.inspect}"
-      out, err, st = herald(*args, env: env, chdir: cwd)
-      err = err.force_encoding(Encoding::UTF_8)
-      lines = err.lines
-      assert_equal status, st.exitstatus, "#{call}: exit status (stderr: #{err})"
-      assert_equal "", out, "#{call}: nothing on standard output"
-      assert_match(/\Aherald( \w+)?: /, lines.first, "#{call}: names the program")
-      assert_match(message, lines.first, call)
-      assert_operator lines.size, :<=, 2, "#{call}: one line, got:\n#{err}"
-      assert_match(/\Ausage: herald \w+/, lines[1], "#{call}: the second line can only be the usage") if lines[1]
-      refute_match(/^\s*from |\.rb:\d+/, err, "#{call}: a backtrace")
-      assert_empty Dir.children(cwd), "#{call}: wrote into the current directory"
+    cases = bad_invocations.each_with_index.map { |c, i| [*c, File.join(@tmp, "cwd-#{i}").tap { |d| Dir.mkdir(d) }] }
+    results = cases.each_slice((cases.size + 3) / 4).map do |slice| # child processes, 4 at a time
+      Thread.new { slice.map { |args, env, _, _, cwd| herald(*args, env: env, chdir: cwd) } }
+    end.flat_map(&:value)
+    problems = cases.zip(results).filter_map do |(args, env, status, message, cwd), (out, err, st)|
+      wrong = invocation_problems(err.force_encoding(Encoding::UTF_8), out, st, status, message)
+      wrong << "wrote into the current directory: #{Dir.children(cwd)}" if Dir.children(cwd).any?
+      "herald #{args.join(" ")} #{env.inspect unless env.empty?}: #{wrong.join("; ")}\n#{err}" if wrong.any?
     end
+    assert_empty problems, "#{problems.size} of #{cases.size} bad invocations:\n#{problems.join("\n")}"
   ensure
     @servers&.each(&:close)
   end
@@ -182,6 +176,18 @@ class ServerCLITest < Minitest::Test
   end
 
   private
+
+  def invocation_problems(err, out, st, status, message)
+    lines = err.lines
+    wrong = []
+    wrong << "exit status #{st&.exitstatus.inspect}, expected #{status}" unless st&.exitstatus == status
+    wrong << "wrote to standard output" unless out.empty?
+    wrong << "does not start with \"herald: \" or \"herald COMMAND: \"" unless lines.first&.match?(/\Aherald( \w+)?: /)
+    wrong << "does not say #{message.inspect}" unless lines.first&.match?(message)
+    wrong << "#{lines.size} lines" if lines.size > 2 || (lines[1] && !lines[1].start_with?("usage: herald "))
+    wrong << "a backtrace" if err.match?(/^\s*from |\.rb:\d+/)
+    wrong
+  end
 
   # RUBYOPT for a child that runs as if the gem were not in the bundle (the exe's require raises LoadError).
   def hide_gem(name)

@@ -9,15 +9,24 @@ module Herald
     EXE = File.expand_path("../../exe/herald", __dir__)
     CLEAN_ENV = {"HERALD_DIR" => nil, "HERALD_STORE" => nil, "DATABASE_URL" => nil}.freeze
 
-    # => [stdout, stderr, Process::Status]
-    def herald(*args, env: {}, chdir: Dir.pwd)
-      Open3.capture3(CLEAN_ENV.merge(env), RbConfig.ruby, EXE, *args, chdir: chdir, binmode: true)
+    # => [stdout, stderr, Process::Status]. A command still running after `timeout` seconds (a server
+    # that started when it should have refused) is killed: status nil, and stderr says so.
+    def herald(*args, env: {}, chdir: Dir.pwd, timeout: 20)
+      Open3.popen3(CLEAN_ENV.merge(env), RbConfig.ruby, EXE, *args, chdir: chdir) do |stdin, out, err, thread|
+        stdin.close
+        readers = [out, err].map { |io| Thread.new { io.binmode.read } }
+        unless thread.join(timeout)
+          Process.kill(:KILL, thread.pid)
+          return [readers[0].value, "#{readers[1].value}(still running after #{timeout} s: killed)", nil]
+        end
+        [*readers.map(&:value), thread.value]
+      end
     end
 
     # Publishes through the CLI and returns the id it printed.
     def herald_publish(channel, json, dir:, env: {})
       out, err, status = herald("publish", channel, json, "--dir", dir, env: env)
-      assert status.success?, "herald publish #{channel} #{json} failed: #{err}"
+      assert status&.success?, "herald publish #{channel} #{json} failed: #{err}"
       Integer(out)
     end
 
@@ -51,7 +60,6 @@ module Herald
       def stop(signal = :TERM, timeout: 10)
         Process.kill(signal, @pid) if signal
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-        status = nil
         until (status = Process.wait2(@pid, Process::WNOHANG)&.last) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
           sleep 0.02
         end
