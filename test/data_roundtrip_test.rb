@@ -2,20 +2,14 @@
 
 require_relative "test_helper"
 require_relative "support/servers"
+require_relative "support/real_data"
 
 # Every byte comes back: the data users send (accents, CJK, emoji and ZWJ sequences, NUL, empty and
 # 1 MiB values, binary with MessagePack) in data, channel names and site ids, through every store, both
 # codecs and the store-level read paths (backlog, global_backlog, subscribe from an id, reopen).
 # The HTTP and CLI paths have their own tests (test/rack/data_roundtrip_test.rb, test/server/cli_test.rb).
 module DataRoundtrip
-  TEXTS = [
-    "héllo 👋", "漢字かな交じり文", "👩‍👩‍👧‍👦 family", "🏳️‍🌈", "e\u0301 combining", "עברית RTL",
-    "\u0000", "a\u0000b\u0000", "", "\u2028\u2029 separators", "\"quotes\" \\ </script> \n\t\r",
-    "\u{10FFFF}\u{FFFD}\u{FEFF}", "é" * (512 * 1024) # 1 MiB of two-byte characters
-  ].freeze
-  CHANNELS = ["/chat", "/chat/héllo", "/日本語", "/👩‍👩‍👧‍👦", "/a\u0000b", "/x|y", "/$$", "/#{"é" * 200}"].freeze
-  SITES = [nil, "", "sité", "日本", "\u0000", "👋"].freeze
-  BINARY = [(0..255).to_a.pack("C*"), "".b, "\xFF\xFE\x00".b, Random.new(1).bytes(1024 * 1024)].freeze
+  include RealData
 
   def samples(codec)
     texts = TEXTS.map { |t| {"text" => t, "t€xt" => [t, 1, nil, true, 2.5]} } + TEXTS
