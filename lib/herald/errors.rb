@@ -30,6 +30,17 @@ module Herald
     end
   end
 
+  # A side file of the log store (META, STATE, IDS) is damaged and cannot be rebuilt from the segments.
+  # Names the file; the message says what to do.
+  class CorruptStoreError < StoreError
+    attr_reader :file
+
+    def initialize(message = nil, file: nil)
+      @file = file
+      super(message || "#{file} is damaged")
+    end
+  end
+
   # The disk is full or a file-size limit was hit; what is stored stays readable.
   class StoreFullError < StoreError; end
 

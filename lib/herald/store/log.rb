@@ -59,6 +59,7 @@ module Herald
           writable!
           locked do
             prepare_append
+            reserve(@index.last_global_id + 1)
             key = site_id ? Store.channel_key(channel, site_id) : channel
             ch = @index.channel(key)
             retention = retention_for(ch, max_backlog_size, max_backlog_age)
@@ -111,6 +112,7 @@ module Herald
         @wakeup.close
         @syncer.stop
         final_sync
+        release_ids
         @segments.each(&:close)
         @write_lock&.close
       end
@@ -154,9 +156,21 @@ module Herald
         targets = [user_ids, group_ids, client_ids] if user_ids || group_ids || client_ids
         at = created_at || Process.clock_gettime(Process::CLOCK_REALTIME)
         gid = @index.last_global_id + 1 + @staged
-        mid = ch.last_id + 1 + pending
+        mid = ((ch.last_id < @channel_floor) ? @channel_floor : ch.last_id) + 1 + pending
         Record.encode(buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
         Message.build(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
+      end
+
+      # Ids up to `last` are reserved on disk before they are handed out (Reservation); the log written so
+      # far is synced first, which bounds how far a reservation runs past the durable log.
+      def reserve(last)
+        return if last <= @reservation.reserved
+        storing { @reservation.reserve(last) { sync_before_reserving } }
+      end
+
+      def sync_before_reserving
+        segment = @segments.last
+        @syncer.sync_now(segment) unless @fsync == :never || segment.size.zero?
       end
 
       # The retention a record carries: what its publish names (the rest from the channel), else the

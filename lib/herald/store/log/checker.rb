@@ -6,9 +6,11 @@ module Herald
       # Verifies every record of a log directory without changing anything (no recovery, no lock taken):
       # what `herald check DIR` prints.
       class Checker
-        Report = Struct.new(:segments, :records, :corrupt, :torn) do
-          def ok? = corrupt.empty?
+        Report = Struct.new(:segments, :records, :corrupt, :torn, :damaged) do
+          def ok? = corrupt.empty? && damaged.empty?
         end
+
+        SIDE_FILES = %w[META STATE IDS].freeze
 
         def initialize(dir)
           @dir = dir.to_s
@@ -16,9 +18,10 @@ module Herald
         end
 
         # corrupt: [[segment path, offset]] of records skipped for a bad CRC, a broken frame or an id out of order;
-        # torn: [[segment path, offset, bytes]] of damage at a segment's end (cut on the next open).
+        # torn: [[segment path, offset, bytes]] of damage at a segment's end (cut on the next open);
+        # damaged: [CorruptStoreError] for each side file (META, STATE, IDS) that is not what it should be.
         def run
-          report = Report.new(0, 0, [], [])
+          report = Report.new(0, 0, [], [], side_files)
           last = 0
           segment_ids.each do |id|
             segment = Segment.new(@dir, id, writable: false)
@@ -37,6 +40,15 @@ module Herald
         end
 
         private
+
+        def side_files
+          SIDE_FILES.filter_map do |name|
+            Directory.read_json(File.join(@dir, name))
+            nil
+          rescue CorruptStoreError => e
+            e
+          end
+        end
 
         def segment_ids = Dir.children(@dir).filter_map { |f| Segment.first_id(f) }.sort
       end
