@@ -41,6 +41,17 @@ module Herald
     end
   end
 
+  # A deferred subscriber's saved cursor is damaged (empty, truncated, garbage, negative) and no good
+  # earlier version is left. The subscriber stops rather than start over from the oldest retained event.
+  class CorruptCursorError < StoreError
+    attr_reader :name
+
+    def initialize(message = nil, name: nil)
+      @name = name
+      super(message || "the cursor of #{name} is damaged")
+    end
+  end
+
   # The disk is full or a file-size limit was hit; what is stored stays readable.
   class StoreFullError < StoreError; end
 

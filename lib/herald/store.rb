@@ -30,6 +30,7 @@ module Herald
   #
   # Durable readers (cursors and leases, for deferred subscribers)
   #   load_cursor(name) => Integer (0 when never saved); save_cursor(name, global_id)
+  #     A damaged cursor raises CorruptCursorError (never reads as 0); save_cursor takes an Integer >= 0.
   #   lease(name) => a Lease (#release) when this process now owns `name`, nil when another owner has it.
   #     A lease held by a process that dies is freed (flock, advisory lock, key TTL).
   #
@@ -64,6 +65,21 @@ module Herald
       when "" then raise ArgumentError, "store URL is empty: give redis://, postgres:// or a directory"
       else Log.new(dir: url, **options)
       end
+    end
+
+    # A cursor is a global id: an Integer >= 0. Checked before saving, so nothing else is ever stored.
+    def self.validate_cursor!(global_id)
+      return if global_id.is_a?(Integer) && global_id >= 0
+      raise ArgumentError, "a cursor is a global id (an Integer >= 0), got #{global_id.inspect}"
+    end
+
+    # A cursor as a network store returns it (nil when never saved). Anything but digits is damage, never
+    # read as 0: that would run every retained event again.
+    def self.parse_cursor(raw, name:, where:)
+      return 0 if raw.nil?
+      return Integer(raw.to_s, 10) if raw.is_a?(Integer) ? raw >= 0 : raw.to_s.match?(/\A\d{1,19}\z/)
+      raise CorruptCursorError.new("the cursor of #{name} in #{where} is damaged (#{raw.to_s[0, 40].inspect}): " \
+        "write the last global id it is done with there, or delete it to start from the oldest retained event", name: name)
     end
 
     def self.validate_retention!(max_backlog_size, max_backlog_age)

@@ -29,7 +29,7 @@ class BadInputTest < Minitest::Test
     ["malformed JSON", "{\"/a\": ", "application/json", {}, 400],
     ["JSON that is not an object", "[1,2]", "application/json", {}, 400],
     ["deeply nested JSON", "[" * 500 + "]" * 500, "application/json", {}, 400],
-    ["channel without a leading slash", JSON.generate("chat" => 0), "application/json", {}, 400],
+    ["empty channel name", JSON.generate("" => 0), "application/json", {}, 400],
     ["channel too long", JSON.generate("/#{"x" * 300}" => 0), "application/json", {}, 400],
     ["channel with the site separator", JSON.generate("/a$|$b" => 0), "application/json", {}, 400]
   ].freeze

@@ -133,9 +133,13 @@ module Herald
         @epoch
       end
 
-      def load_cursor(name) = read { |r| r.call_v(["HGET", "#{@namespace}:cursors", name]) }.to_i
+      def load_cursor(name)
+        raw = read { |r| r.call_v(["HGET", "#{@namespace}:cursors", name]) }
+        Store.parse_cursor(raw, name: name, where: "the Redis hash #{@namespace}:cursors")
+      end
 
       def save_cursor(name, global_id)
+        Store.validate_cursor!(global_id)
         write { |r| r.call_v(["HSET", "#{@namespace}:cursors", name, global_id]) }
       end
 
