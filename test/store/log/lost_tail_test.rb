@@ -84,7 +84,7 @@ class LogLostTailTest < Minitest::Test
       assert_equal [6, 6], append(third, "/a", 5).then { |m| [m.global_id, m.message_id] }
       third.close
     end
-    assert_empty err
+    refute_match(/#{Regexp.escape(@dir)}/, err) # (other tests' stores may log meanwhile)
   end
 
   # Seeded: a child publishes on several channels and sites, saves a reader's cursor, and dies (kill -9)

@@ -48,14 +48,19 @@ module Herald
 
         # Parses a side file and checks its shape; raises CorruptStoreError naming the file when it is damaged.
         def self.read_json(path)
-          data = JSON.parse(File.read(path, mode: "rb").force_encoding(Encoding::UTF_8))
+          content = File.binread(path)
+          data = begin
+            JSON.parse(content.dup.force_encoding(Encoding::UTF_8))
+          rescue JSON::ParserError, EncodingError
+            raise CorruptStoreError.new("#{path} is damaged (#{content.empty? ? "empty" : "not JSON: #{preview(content)}"})", file: path)
+          end
           return data if data.is_a?(Hash) && SHAPES.fetch(File.basename(path)).call(data)
-          raise CorruptStoreError.new("#{path} is damaged (unexpected contents: #{File.read(path, 80).inspect})", file: path)
+          raise CorruptStoreError.new("#{path} is damaged (unexpected contents: #{preview(content)})", file: path)
         rescue Errno::ENOENT
           nil
-        rescue JSON::ParserError, EncodingError => e
-          raise CorruptStoreError.new("#{path} is damaged (not JSON: #{e.message.lines.first.strip[0, 80]})", file: path)
         end
+
+        def self.preview(content) = (content.bytesize > 60) ? "#{content.byteslice(0, 60).b.inspect}..." : content.b.inspect
 
         def self.count?(value, min = 0) = value.is_a?(Integer) && value >= min
 

@@ -21,7 +21,7 @@ module Herald
           @write_lock = @directory.writable ? @directory.open_lock : nil
           @reservation = @write_lock && Reservation.new(@directory)
           @channel_floor = 0
-          @write_lock ? locked { recover } : recover
+          recover_or_let_go
           @syncer = Syncer.new(@fsync) { @segments.last }
           start_group_commit
           @wakeup = Wakeup.new(@directory.join("wakeup")) { refresh }
@@ -47,6 +47,15 @@ module Herald
             start_group_commit
             @wakeup = Wakeup.new(@directory.join("wakeup")) { refresh }
           end
+        end
+
+        # A log that cannot be opened (a damaged META) lets go of its files, the OPEN lock above all: held by
+        # a forgotten descriptor, it would keep the next open waiting.
+        def recover_or_let_go
+          @write_lock ? locked { recover } : recover
+        rescue
+          [*@segments, @write_lock, @reservation].each { |f| f&.close }
+          raise
         end
 
         def recover
