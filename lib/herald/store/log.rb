@@ -10,14 +10,14 @@ module Herald
     #   Herald::Store::Log.new(dir: "tmp/herald", fsync: :interval) # or :always, :never
     #
     # Ids and crashes: a record is written whole to the OS before append returns, so a killed process
-    # loses nothing it returned. A record torn by a crash was never returned nor read by anyone (readers
-    # stop at a partial or damaged tail), so recovery cuts it and its ids are free to be assigned again;
-    # every id ever returned or read stays taken. Old segments are deleted only after a STATE file saved
-    # the last ids, so deleting records never lowers them. (Power loss in :interval or :never mode may
-    # lose the last unsynced records, and their ids, as the mode says. In :always mode a record becomes
-    # visible to readers when it is written, up to one fsync (~0.3 ms) before its publisher returns: a
-    # power loss in that window can take back a record a reader saw. Readers are not held back to the
-    # synced position, which would cost a shared watermark across processes.)
+    # loses nothing it returned. A record can still reach readers before it reaches the disk (:interval
+    # and :never modes; :always up to one fsync before its publisher returns), and a power loss or damage
+    # at the tail can take it back after a reader saw it: its id may sit in a saved cursor or a browser.
+    # So ids are reserved on disk before they are handed out (Reservation, the IDS file), and after an
+    # unclean stop ids, global and per channel, go on above every id that may have been seen: an id is
+    # never handed out twice. Old segments are deleted only after a STATE file saved the last ids, so
+    # deleting records never lowers them. META, STATE and IDS are checked on open: a damaged STATE or IDS
+    # is rebuilt (with a warning, ids only go up), a damaged META raises CorruptStoreError.
     class Log
       include Recovery
       include GroupCommit

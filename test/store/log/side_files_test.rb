@@ -4,7 +4,7 @@ require_relative "../../test_helper"
 require "herald/cli"
 require "stringio"
 
-# Damaged META, STATE and IDS files (empty, cut short, garbage, wrong types). META cannot be rebuilt: opening
+# Damaged META, STATE and IDS files (empty, cut short, garbage, wrong types; STATE and IDS deleted). META cannot be rebuilt: opening
 # raises CorruptStoreError naming it. STATE and IDS are rebuilt with a warning, without any id going back.
 # `herald check` reports each of them and exits 1.
 class LogSideFilesTest < Minitest::Test
@@ -53,7 +53,7 @@ class LogSideFilesTest < Minitest::Test
       handed = @handed
       check_reports("STATE", label)
       store, err = open_with_log
-      assert_match(/#{Regexp.escape(state)} is damaged .*rebuilt from the segments/, err, label)
+      assert_match(/#{Regexp.escape(state)} is (damaged|missing).*rebuilt from the segments/, err, label)
       assert_equal @retained, store.global_backlog(0).map(&:data), label
       assert_operator append(store, "/gone", "again").message_id, :>, 3, "#{label}: /gone's ids do not start over"
       assert_operator append(store, "/busy", "again").global_id, :>, handed, label
@@ -68,7 +68,7 @@ class LogSideFilesTest < Minitest::Test
     each_damage("IDS") do |label|
       check_reports("IDS", label)
       store, err = open_with_log
-      assert_match(/#{Regexp.escape(ids)} is damaged .*rebuilt/, err, label)
+      assert_match(/#{Regexp.escape(ids)} is (damaged|missing).*rebuilt/, err, label)
       msg = append(store, "/busy", "again")
       assert_operator msg.global_id, :>, @handed, label
       assert_operator msg.message_id, :>, @handed, label
@@ -116,11 +116,13 @@ class LogSideFilesTest < Minitest::Test
                "garbage" => ->(_) { rng.bytes(rng.rand(1..200)) }, "NUL bytes" => ->(good) { "\0" * good.bytesize },
                "not an object" => ->(_) { %w[[] null 42 "x"].sample(random: rng) }}
     WRONG_TYPES.fetch(name).each_with_index { |json, i| damages["wrong types #{i}"] = ->(_) { json } }
+    damages["deleted"] = ->(_) {} unless name == "META" # a missing META only starts a new epoch
     damages.each do |kind, damage|
       FileUtils.rm_rf(@dir)
       write_log
       path = File.join(@dir, name)
-      File.binwrite(path, damage.call(File.binread(path)))
+      damaged = damage.call(File.binread(path))
+      damaged ? File.binwrite(path, damaged) : File.delete(path)
       yield "#{name} #{kind} (SEED=#{seed})"
     end
   end
@@ -128,7 +130,7 @@ class LogSideFilesTest < Minitest::Test
   def check_reports(name, label)
     out = StringIO.new
     assert_equal 1, Herald::CLI.run(["check", @dir], out: out, err: StringIO.new), "#{label}: check exits 1"
-    assert_includes out.string, "damaged file: #{File.join(@dir, name)} is damaged", label
+    assert_includes out.string, "damaged file: #{File.join(@dir, name)} is ", label
   end
 
   def open_with_log

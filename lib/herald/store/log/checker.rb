@@ -41,14 +41,21 @@ module Herald
 
         private
 
+        # Damaged side files, and missing ones the log needs: STATE once segments were deleted, IDS once
+        # records were written (what opening the log would warn about and rebuild).
         def side_files
+          ids = segment_ids
           SIDE_FILES.filter_map do |name|
-            Directory.read_json(File.join(@dir, name))
-            nil
+            path = File.join(@dir, name)
+            next if Directory.read_json(path) || ids.empty?
+            missing = "#{path} is missing" if (name == "STATE" && ids.first > 1) || (name == "IDS" && records?(ids))
+            CorruptStoreError.new(missing, file: path) if missing
           rescue CorruptStoreError => e
             e
           end
         end
+
+        def records?(ids) = ids.any? { |id| File.size(File.join(@dir, Segment.file_name(id))) > 0 }
 
         def segment_ids = Dir.children(@dir).filter_map { |f| Segment.first_id(f) }.sort
       end

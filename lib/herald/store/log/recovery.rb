@@ -59,10 +59,10 @@ module Herald
         end
 
         def recover
-          load_meta
-          state = load_state
-          @index.restore(state) if state
           ids = @directory.segment_ids
+          load_meta(ids)
+          state = load_state(ids.first)
+          @index.restore(state) if state
           ids.each_with_index do |id, i|
             segment = add_segment(id)
             next if read_segment(segment)
@@ -73,7 +73,7 @@ module Herald
           @directory.fsync_dir if @write_lock
         end
 
-        def load_meta
+        def load_meta(segment_ids)
           meta = begin
             @directory.read_json("META")
           rescue CorruptStoreError => e
@@ -82,6 +82,7 @@ module Herald
               "messages stay; readers that compare epochs see a reset)", file: e.file)
           end
           if meta.nil? && @write_lock
+            Herald.logger.warn "#{@directory.join("META")} is missing: a new epoch starts for the messages already stored" if segment_ids.any?
             meta = {"format" => 1, "epoch" => Store.new_epoch, "segment_bytes" => @segment_bytes}
             @directory.write_atomically("META", JSON.generate(meta))
           end
@@ -91,8 +92,10 @@ module Herald
 
         # STATE holds what deleted segments took with them (last ids, retention). Damaged, it is rebuilt once
         # the segments are read (load_reservation); false says so.
-        def load_state
-          @directory.read_json("STATE")
+        def load_state(first_segment_id)
+          state = @directory.read_json("STATE")
+          return state if state || (first_segment_id || 1) == 1
+          raise CorruptStoreError.new("#{@directory.join("STATE")} is missing but segments before #{first_segment_id} were deleted")
         rescue CorruptStoreError => e
           Herald.logger.warn "#{e.message}: rebuilt from the segments; channel ids restart above the deleted " \
             "segments' ids, and retention set by publishes whose records were all deleted is back to the default"

@@ -101,10 +101,12 @@ module Herald
           @floor = @reserved
         end
 
-        # IDS as a Hash; nil when there is none yet (a new log, or one written before IDS existed). A damaged
-        # IDS is rebuilt from the log's end with a margin no reservation reaches past (REBUILD_MARGIN).
+        # IDS as a Hash; nil for a new log. A damaged or missing IDS is rebuilt from the log's end with a
+        # margin no reservation reaches past (REBUILD_MARGIN).
         def read_ids(last_global_id)
-          @directory.read_json("IDS")
+          ids = @directory.read_json("IDS")
+          return ids if ids || last_global_id.zero?
+          raise CorruptStoreError, "#{@directory.join("IDS")} is missing in a log that holds records (deleted, or written by an older Herald)"
         rescue CorruptStoreError => e
           rebuilt = last_global_id + REBUILD_MARGIN
           Herald.logger.warn "#{e.message}: rebuilt; ids (global and per channel) restart above #{rebuilt} so none is reused"
