@@ -67,14 +67,14 @@ module Herald
       @puma = listen
       @port = @puma.connected_ports.first
       @thread = @puma.run
-      @log&.puts "Herald listening on http://#{@host}:#{@port} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
+      @log&.puts "Herald listening on #{url} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
       @log&.flush
       self
     end
 
     attr_reader :port
 
-    def url = "http://#{@host}:#{@port}"
+    def url = "http://#{@host.include?(":") ? "[#{@host}]" : @host}:#{@port}" # [::1]: IPv6 in a URL
 
     # Blocks until SIGTERM/SIGINT or #stop, then shuts down: Puma finishes the requests in flight, the
     # middleware closes its parked connections, the bus flushes and closes the store.
@@ -107,8 +107,10 @@ module Herald
       raise ConfigurationError, "cannot listen on #{@host} port #{@port} (#{e.message}); pass another --host or --port"
     end
 
-    # Puma takes a port modulo 65536 and, with no threads, accepts connections it never answers.
+    # Puma takes a port modulo 65536, binds every interface for an empty host and, with no threads,
+    # accepts connections it never answers.
     def validate_options!
+      raise ArgumentError, "host must name an address (0.0.0.0 for every interface), got #{@host.inspect}" unless @host.is_a?(String) && !@host.empty?
       raise ArgumentError, "port must be an Integer in 0..65535 (0: any free port), got #{@port.inspect}" unless @port.is_a?(Integer) && @port.between?(0, 65_535)
       raise ArgumentError, "threads must be an Integer >= 1, got #{@threads.inspect}" unless @threads.is_a?(Integer) && @threads >= 1
     end

@@ -4,6 +4,7 @@ require "test_helper"
 require "stringio"
 require "socket"
 require "fileutils"
+require "net/http"
 require "herald/cli"
 require "herald/server"
 require_relative "../support/herald_cli"
@@ -71,6 +72,7 @@ class ServerCLITest < Minitest::Test
       [%w[server --port nine], {}, 2, /invalid argument: --port nine/],
       [["server", "--port", @busy_port.to_s, "--dir", @dir], {}, 1, /port #{@busy_port} is in use/],
       [["server", "--host", "999.1.1.1", "--port", "0", "--dir", @dir], {}, 1, /cannot listen on 999\.1\.1\.1/],
+      [["server", "--host", "", "--port", "0", "--dir", @dir], {}, 2, /host must name an address/],
       [%w[server --bogus], {}, 2, /invalid option: --bogus/],
       [%w[server extra], {}, 2, /unexpected argument "extra"/],
       [["server", "--port", "0", "--dir", @file], {}, 2, /--dir #{Regexp.escape(@file)}: .* is not a directory/],
@@ -128,9 +130,9 @@ class ServerCLITest < Minitest::Test
 
   # Before, --threads 0 listened, never answered and ignored SIGTERM; --port 99999 listened on 34463.
   def test_the_server_refuses_options_puma_would_misuse
-    [{threads: 0}, {threads: "5"}, {port: 99_999}, {port: -5}, {port: "9292"}].each do |options|
+    [{threads: 0}, {threads: "5"}, {port: 99_999}, {port: -5}, {port: "9292"}, {host: ""}, {host: nil}].each do |options|
       error = assert_raises(ArgumentError, options.inspect) { Herald::Server.new(**options, dir: @dir) }
-      assert_match(/must be an Integer/, error.message)
+      assert_match(/must be an Integer|must name an address/, error.message)
       refute File.exist?(@dir), "#{options}: nothing is created before the options are checked"
     end
   end
@@ -138,7 +140,19 @@ class ServerCLITest < Minitest::Test
   def test_port_0_picks_a_free_port_and_prints_it
     server = Herald::Server.new(port: 0, dir: @dir, log: (log = StringIO.new)).start
     assert_operator server.port, :>, 0
-    assert_includes log.string, "http://127.0.0.1:#{server.port}"
+    assert_includes log.string, "Herald listening on http://127.0.0.1:#{server.port} "
+  ensure
+    server&.stop
+    server&.wait
+  end
+
+  def test_an_ipv6_address_is_bracketed_in_the_url
+    server = Herald::Server.new(host: "::1", port: 0, dir: @dir, log: (log = StringIO.new)).start
+    assert_equal "http://[::1]:#{server.port}", server.url
+    assert_includes log.string, "Herald listening on http://[::1]:#{server.port} "
+    assert_equal "200", Net::HTTP.get_response(URI("#{server.url}/")).code
+  rescue Herald::ConfigurationError => e
+    skip "no IPv6 loopback on this machine: #{e.message}" # a container without ::1; says so, does not pass
   ensure
     server&.stop
     server&.wait
