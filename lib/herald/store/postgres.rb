@@ -26,6 +26,7 @@ module Herald
       DEFAULT_URL = "postgres://localhost/herald"
       DEFAULT_POOL = 5
       DEFAULT_TIMEOUT = 5
+      MIGRATE_TIMEOUT = 60 # seconds
       CLIENT_MARGIN = 0.5 # seconds past statement_timeout before the client gives up on a silent server
       RETRIES = [0.05, 0.2, 0.5, 1.0].freeze
       LOST = [PG::ConnectionBad, PG::UnableToSend, PG::AdminShutdown].freeze
@@ -72,7 +73,8 @@ module Herald
 
       # Creates the tables and the append function (idempotent; concurrent callers wait on an advisory lock).
       def migrate!
-        conn = PG.connect(@url, **@connect_options)
+        # Not bound by `timeout:`: a migration may wait for another process's (DDL locks, the advisory lock).
+        conn = PG.connect(@url, **@connect_options, options: "-c statement_timeout=#{MIGRATE_TIMEOUT * 1000}")
         quiet(conn)
         conn.transaction do
           conn.exec("SELECT pg_advisory_xact_lock(hashtext('herald migrate #{@table}'))")

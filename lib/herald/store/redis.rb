@@ -15,7 +15,15 @@ module Herald
     # channel's and the global sorted set, trims both and PUBLISHes a wakeup; a backlog is one
     # ZRANGEBYSCORE returning raw records (Store::Packed), decoded without touching `data`.
     # A reset (flush, restart without persistence, failover) is detected by the epoch and by ids going
-    # backwards, reported to `on_reset`, and recovered from by restarting ids above everything seen.
+    # backwards, reported to `on_reset`, and recovered from by restarting ids above everything seen; every
+    # process drops its cached backlogs. A process learns the epoch on its first contact (an empty store is
+    # given one), and its listener checks it every CHECK_EVERY seconds, so a reset is noticed even when
+    # nobody publishes. A process that never saw the old data cannot tell a reset from a new store: what it
+    # publishes before another process notices gets low ids (see the README, "When Redis loses data").
+    #
+    # `timeout:` (seconds, default 1) bounds each command's wait for its reply: a stalled server raises
+    # Herald::TimeoutError. Reads are retried after a lost connection; reads and writes are retried while
+    # the server answers LOADING or BUSY (it did not run the command), then raise Herald::ConnectionError.
     # Per-publish max_backlog_size/age overrides are remembered by this process (the first publish after a
     # restart falls back to the store defaults until it passes them again).
     class Redis
