@@ -17,8 +17,11 @@ module Herald
 
       def self.content_type = "application/json"
 
+      # One strict coder for every publish: `JSON.generate(obj, strict: true)` allocates its options each call.
+      CODER = JSON::Coder.new(strict: true)
+
       def self.encode(obj)
-        JSON.generate(obj, strict: true).freeze
+        CODER.dump(obj).freeze
       rescue JSON::JSONError, Encoding::UndefinedConversionError, Encoding::InvalidByteSequenceError => e
         raise InvalidMessageError, "cannot encode #{obj.class} as JSON: #{e.message} (publish Hashes, Arrays, " \
           "UTF-8 Strings, numbers, true, false and nil; or use codec: :msgpack for binary Strings)"

@@ -24,7 +24,7 @@ module Herald
       def bury(name, msg, error, attempts)
         data = {"subscriber" => name, "global_id" => msg.global_id, "message_id" => msg.message_id,
                 "channel" => msg.channel, "created_at" => msg.created_at, "codec" => msg.codec.id,
-                "payload" => msg.payload.b, "error" => error.class.name, "error_message" => error.message.to_s,
+                "payload" => msg.payload.b, "error" => error.class.name, "error_message" => Delivery.readable(error.message),
                 "attempts" => attempts, "failed_at" => Process.clock_gettime(Process::CLOCK_REALTIME)}
         @store.append(self.class.channel(name), Codec::Msgpack.encode(data), codec: Codec::Msgpack,
           max_backlog_size: MAX_BACKLOG_SIZE)

@@ -69,7 +69,12 @@ module Herald
           @global.reject! { |m| !retained?(m) } if @global.first && !retained?(@global.first)
           # @global is in id order: a binary search, not a scan (deferred subscribers read in batches).
           i = @global.bsearch_index { |m| m.global_id > last_id } or return []
-          @global[i, limit || @global.size - i]
+          found = []
+          while (m = @global[i]) && (limit.nil? || found.size < limit)
+            found << m if retained?(m) # each by its own age: timestamps need not be in order
+            i += 1
+          end
+          found
         end
       end
 
@@ -89,6 +94,7 @@ module Herald
       def load_cursor(name) = @lock.synchronize { @cursors.fetch(name, 0) }
 
       def save_cursor(name, global_id)
+        Store.validate_cursor!(global_id)
         @lock.synchronize { @cursors[name] = global_id }
       end
 
