@@ -9,6 +9,7 @@ module Herald
     #   GET          {base}message-bus/{client_id}/sse?/chat=5&/news=
     #                Server-Sent Events (text/event-stream); each event's `id:` is the global id, and a
     #                reconnecting EventSource's Last-Event-ID resumes after it on every listed channel.
+    #   GET          {base}message-bus/herald.js   Herald's browser client (js/; see ClientScript)
     #
     # `Accept: application/vnd.msgpack` gets MessagePack instead of JSON: a reply is one array of maps with the
     # same keys; a stream is a sequence of such arrays (feed it to a streaming unpacker).
@@ -92,6 +93,7 @@ module Herald
       def serve(env, path)
         client_id, action = path.byteslice(@prefix.bytesize, path.bytesize).split("/", 3)
         return [404, {}, ["not found"]] if client_id.nil? || client_id.empty?
+        return ClientScript.call(env) if ClientScript.request?(env, client_id, action)
         skip_session(env)
         Responder.new(self, env, client_id, action).call
       rescue RequestError => e
