@@ -95,6 +95,50 @@ module BusParity
     assert_equal [["plain 1", nil], ["plain 2", nil], ["new", "s1"], ["plain 3", nil]], drain(seen, 4)
   end
 
+  # Subscribing while other threads publish on several sites: every message after the subscription is
+  # delivered once, the site-less replay has no gap, nothing from before comes from another site.
+  def test_subscribe_on_every_site_while_publishing_has_no_gap_and_no_duplicate
+    seed = Integer(ENV.fetch("SEED", rand(1 << 30)))
+    random = Random.new(seed)
+    sites = [nil, "s1", "s2", "ü"]
+    plans = Array.new(3) { Array.new(100) { sites.sample(random: random) } }
+    seen = Queue.new
+    publishers = plans.map { |plan| Thread.new { plan.each_with_index { |site, i| @bus.publish("/c", i, site_id: site) } } }
+    sleep 0.005 * random.rand
+    from = @bus.last_id("/c") / 2
+    before = @store.last_global_id
+    @bus.subscribe("/c", from) { |m| seen << m }
+    after = @store.last_global_id
+    publishers.each(&:join)
+    @bus.publish("/c", "last")
+    got = []
+    eventually(message: "the last message never came (seed #{seed})") do
+      got << seen.pop until seen.empty?
+      got.last&.data == "last"
+    end
+    sleep 0.05
+    got << seen.pop until seen.empty?
+    all = @bus.global_backlog(0)
+    assert_equal got.map(&:global_id).uniq, got.map(&:global_id), "no duplicate (seed #{seed})"
+    expected = all.select { |m| m.global_id > after || (m.site_id.nil? && m.message_id > from) }.map(&:global_id)
+    allowed = all.select { |m| m.global_id > before || (m.site_id.nil? && m.message_id > from) }.map(&:global_id)
+    assert_empty expected - got.map(&:global_id), "no gap (seed #{seed})"
+    assert_empty got.map(&:global_id) - allowed, "nothing from before the subscription (seed #{seed})"
+  end
+
+  # README, "Differences from message_bus": subscribing from the channel's last id, message_bus replays the
+  # whole backlog when the next message comes; Herald delivers the new message only.
+  def test_subscribing_from_the_last_id_delivers_new_messages_once
+    herald = Queue.new
+    mb = Queue.new
+    3.times { |i| [@bus, @mb].each { |bus| bus.publish("/c", "old #{i}") } }
+    @bus.subscribe("/c", @bus.last_id("/c")) { |m| herald << m.data }
+    @mb.subscribe("/c", @mb.last_id("/c")) { |m| mb << m.data }
+    [@bus, @mb].each { |bus| bus.publish("/c", "new") }
+    assert_equal ["new"], drain(herald, 1)
+    assert_equal ["old 0", "old 1", "old 2", "new"], drain(mb, 4), "message_bus's replay from 0 (if this changes, update the README)"
+  end
+
   def test_global_channels_are_seen_once_whatever_the_site
     seen = Queue.new
     @bus.subscribe("/global/news") { |m| seen << m.data }
@@ -156,6 +200,23 @@ class BusParityRedisTest < Minitest::Test
   end
 
   def build_store = Herald::Store::Redis.new(url: Herald::TestServers.redis_url, namespace: "p#{SecureRandom.hex(6)}")
+
+  # README, "Differences from message_bus": its Redis backend restarts a channel's ids at 1 once the backlog
+  # expired (the id key has the backlog's TTL); Herald keeps counting.
+  def test_ids_keep_counting_after_the_backlog_expires
+    mb = MessageBus::Instance.new
+    mb.configure(backend: :redis, redis_config: {url: Herald::TestServers.redis_url})
+    mb.logger = Logger.new(nil)
+    channel = "/expiring-#{SecureRandom.hex(4)}"
+    assert_equal [1, 2], Array.new(2) { mb.publish(channel, "x", max_backlog_age: 1) }
+    assert_equal [1, 2], Array.new(2) { @bus.publish(channel, "x", max_backlog_age: 1) }
+    sleep 2.1 # Redis expires keys with a resolution of a second
+    assert_equal [], @bus.backlog(channel)
+    assert_equal 1, mb.publish(channel, "x"), "message_bus's restart at 1 (if this changes, update the README)"
+    assert_equal 3, @bus.publish(channel, "x")
+  ensure
+    mb&.destroy
+  end
 end
 
 class BusParityPostgresTest < Minitest::Test

@@ -104,6 +104,7 @@ module Herald
       validate_channel!(channel)
       text!(:channel, channel)
       site_id = site_name(site_id)
+      Store.validate_name_sizes!(channel, site_id)
       validate_targets!(:user_ids, user_ids) if user_ids
       validate_targets!(:group_ids, group_ids) if group_ids
       validate_targets!(:client_ids, client_ids) if client_ids

@@ -16,6 +16,10 @@ module Herald
   # A network store (Redis, PostgreSQL) could not be reached.
   class ConnectionError < Error; end
 
+  # A network store did not answer within its `timeout:` (a stalled server, a lock held elsewhere). A
+  # publish that raises it may or may not have been stored, as with any ConnectionError.
+  class TimeoutError < ConnectionError; end
+
   # Anything the store itself failed at.
   class StoreError < Error; end
 

@@ -40,6 +40,9 @@ module Herald
     DEFAULT_MAX_BACKLOG_AGE = 7 * 24 * 60 * 60 # seconds, as message_bus
 
     SITE_SEPARATOR = "$|$"
+    # The longest channel name, and site id, in bytes, on every store: PostgreSQL indexes the key they
+    # make (a btree row holds ~2,700 bytes, and a key that does not compress must fit).
+    MAX_CHANNEL_BYTES = 1024
 
     # The key a channel's message ids are counted under: message_bus keys sites the same way.
     def self.channel_key(channel, site_id)
@@ -80,6 +83,14 @@ module Herald
       return Integer(raw.to_s, 10) if raw.is_a?(Integer) ? raw >= 0 : raw.to_s.match?(/\A\d{1,19}\z/)
       raise CorruptCursorError.new("the cursor of #{name} in #{where} is damaged (#{raw.to_s[0, 40].inspect}): " \
         "write the last global id it is done with there, or delete it to start from the oldest retained event", name: name)
+    end
+
+    def self.validate_name_sizes!(channel, site_id)
+      if channel.bytesize > MAX_CHANNEL_BYTES
+        raise InvalidMessageError, "channel is #{channel.bytesize} bytes, over the #{MAX_CHANNEL_BYTES} every store accepts"
+      end
+      return unless site_id && site_id.bytesize > MAX_CHANNEL_BYTES
+      raise InvalidMessageError, "site_id is #{site_id.bytesize} bytes, over the #{MAX_CHANNEL_BYTES} every store accepts"
     end
 
     def self.validate_retention!(max_backlog_size, max_backlog_age)

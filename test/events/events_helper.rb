@@ -55,12 +55,13 @@ module Herald
 
     def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
-    # Herald.logger's lines while the block runs (the logger is restored after).
+    # Herald.logger's lines while the block runs (the logger is restored after). The block gets the
+    # StringIO, to wait for lines that worker threads write.
     def capture_log
       io = StringIO.new
       previous = Herald.logger
       Herald.logger = ::Logger.new(io, formatter: proc { |sev, _, _, msg| "#{sev}: #{msg}\n" })
-      yield
+      yield io
       io.string
     ensure
       Herald.logger = previous

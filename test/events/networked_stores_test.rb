@@ -1,11 +1,12 @@
 # frozen_string_literal: true
 
 require_relative "events_helper"
+require_relative "data_test"
 require_relative "../support/servers"
 require "securerandom"
 
 # Deferred subscribers use only the store contract (global_backlog, wait, cursors, leases): the same
-# behaviour on Redis and PostgreSQL as on the Log store.
+# behaviour on Redis and PostgreSQL as on the Log store, and the same bytes (EventDataTests).
 module NetworkedEventsTests
   include Herald::EventsTestSupport
 
@@ -52,6 +53,9 @@ end
 
 class RedisEventsTest < Minitest::Test
   include NetworkedEventsTests
+  include EventDataTests
+
+  def new_store = build_store("ev#{SecureRandom.hex(4)}")
 
   def build_store(namespace) = Herald::Store::Redis.new(url: Herald::TestServers.redis_url, namespace: namespace)
 
@@ -64,6 +68,9 @@ end
 
 class PostgresEventsTest < Minitest::Test
   include NetworkedEventsTests
+  include EventDataTests
+
+  def new_store = build_store("ev#{SecureRandom.hex(4)}")
 
   def build_store(namespace)
     Herald::Store::Postgres.new(url: Herald::TestServers.postgres_url, table: namespace)

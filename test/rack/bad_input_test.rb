@@ -16,6 +16,10 @@ class BadInputTest < Minitest::Test
     ["invalid UTF-8 in a form key", "%2Fa%FF=0", "application/x-www-form-urlencoded", {}, 400],
     ["invalid UTF-8 in a form value", "%2Fa=%C3%28", "application/x-www-form-urlencoded", {}, 400],
     ["malformed percent-encoding", "%2Fa=%zz", "application/x-www-form-urlencoded", {}, 400],
+    ["raw invalid byte in a form key", "/ch\xFFat=1".b, "application/x-www-form-urlencoded", {}, 400],
+    ["raw invalid byte in a form value", "/chat=\xFF".b, "application/x-www-form-urlencoded", {}, 400],
+    ["raw invalid byte before a bad escape", "/a\xFF=%zz".b, "application/x-www-form-urlencoded", {}, 400],
+    ["raw invalid byte with no content type", "/ch\xFFat=1".b, "", {}, 400],
     ["huge id", JSON.generate("/a" => 10**30), "application/json", {}, 400],
     ["huge negative id", JSON.generate("/a" => -10**30), "application/json", {}, 400],
     ["huge id as a string", "%2Fa=99999999999999999999999", "application/x-www-form-urlencoded", {}, 400],
@@ -65,6 +69,18 @@ class BadInputTest < Minitest::Test
     assert_equal 414, m.get("/message-bus/c1/sse?#{"%2Fa=0&" * 3000}").status
   end
 
+  # Puma hands the query string over as binary (what Rack::Lint asks for); an app or server in front may hand
+  # it over as UTF-8 (Rack::Lint refuses that, so that case skips Lint). A raw byte that is not UTF-8 is
+  # refused either way, never raised on.
+  def test_raw_invalid_bytes_in_an_sse_query_are_refused
+    mw = middleware
+    ["/ch\xFFat=1", "%2Fa=0&\xFF", "/a=%zz\xFF"].each do |query|
+      assert_equal 400, mock(mw).get("/message-bus/c1/sse", "QUERY_STRING" => query.b).status, query.inspect
+      env = ::Rack::MockRequest.env_for("/message-bus/c1/sse", "QUERY_STRING" => query.dup.force_encoding(Encoding::UTF_8))
+      assert_equal 400, mw.call(env)[0], "#{query.inspect} as UTF-8"
+    end
+  end
+
   # The same corpus against a running Puma: all refused, then a normal poll and a parked stream still work.
   def test_corpus_over_a_socket_then_the_server_still_serves
     mw = middleware(max_body_bytes: MAX_BODY, max_channels: 10)
@@ -82,6 +98,25 @@ class BadInputTest < Minitest::Test
     assert mw.reactor.alive?
   ensure
     parked_socket&.close
+  end
+
+  # The app behind the middleware raising is the app's business (its server or framework reports it):
+  # not given to on_middleware_error, not logged as a transport error, as in message_bus.
+  def test_errors_of_the_app_behind_are_not_middleware_errors
+    hooked = []
+    app = ->(_env) { raise KeyError, "the app's own" }
+    mw = Herald::Rack::Middleware.new(app, bus: @bus, user_id_lookup: ->(_env) { raise ArgumentError, "lookup" },
+      on_middleware_error: ->(_env, e) { (hooked << e) && [503, {}, ["hooked"]] })
+    @middlewares << mw
+    _, err = capture_io do
+      error = assert_raises(KeyError) { mw.call(::Rack::MockRequest.env_for("/elsewhere")) }
+      assert_equal "the app's own", error.message
+    end
+    assert_empty hooked
+    refute_match(/http transport/, err)
+    status, = mw.call(::Rack::MockRequest.env_for("/message-bus/c1/poll?dlp=t", method: "POST", input: "%2Fa=0"))
+    assert_equal 503, status, "the middleware's own errors still go to the hook"
+    assert_equal ["lookup"], hooked.map(&:message)
   end
 
   # A client message filter that raises drops that client only; the fan-out goes on for the others.

@@ -49,7 +49,7 @@ module Herald
       # The default on_error: a line through Herald.logger.
       LOG_ERROR = lambda do |e, name|
         what = (FATAL.any? { |f| e.is_a?(f) }) ? "stopped" : "failed"
-        Herald.logger.error "deferred subscriber #{name} #{what}: #{e.class}: #{e.message}"
+        Herald.logger.error "deferred subscriber #{name} #{what}: #{Delivery.describe(e)}"
       end
 
       # on_error(error, names) is called with what a worker thread raised (it then waits IDLE_WAIT and goes

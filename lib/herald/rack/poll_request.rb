@@ -83,7 +83,8 @@ module Herald
       # application/x-www-form-urlencoded, strictly: a bad %-escape or bytes that are not UTF-8 are refused
       # (URI.decode_www_form would silently replace them).
       def self.decode_form(body)
-        raise RequestError, "malformed form body" if body.match?(/%(?![0-9A-Fa-f]{2})/)
+        body = body.b # split as bytes: a raw byte that is not UTF-8 is refused by #unescape, not raised on here
+        raise RequestError, "malformed form body" if body.match?(/%(?![0-9A-Fa-f]{2})/n)
         body.split("&").each_with_object({}) do |pair, pairs|
           next if pair.empty?
           key, value = pair.split("=", 2)
