@@ -40,19 +40,23 @@ module Herald
         [@out, @err].each(&:binmode)
         @pid = Process.spawn(CLEAN_ENV.merge(env), RbConfig.ruby, EXE, "tail", *args, out: out_w, err: err_w)
         [out_w, err_w].each(&:close)
-        @buffer = +"".b
+        @buffers = {@out => +"".b, @err => +"".b}
       end
 
       # The next line on standard output (bytes, newline removed), or nil after `timeout` seconds.
-      def gets(timeout: 10)
+      def gets(timeout: 10, io: @out)
+        buffer = @buffers.fetch(io)
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-        until (line = @buffer.slice!(/\A[^\n]*\n/))
+        until (line = buffer.slice!(/\A[^\n]*\n/))
           left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
-          return nil if left <= 0 || !@out.wait_readable(left)
-          @buffer << (@out.read_nonblock(65_536, exception: false) || (return nil))
+          return nil if left <= 0 || !io.wait_readable(left)
+          buffer << (io.read_nonblock(65_536, exception: false) || (return nil))
         end
         line.chomp
       end
+
+      # The next line on standard error (tail's note comes after its signal handlers are in place).
+      def err_gets(timeout: 10) = gets(timeout: timeout, io: @err)
 
       def close_stdout = @out.close
 
@@ -67,7 +71,7 @@ module Herald
           Process.kill(:KILL, @pid)
           Process.wait(@pid)
         end
-        [status, @err.read]
+        [status, @buffers[@err] + @err.read]
       ensure
         @out.close unless @out.closed?
         @err.close
