@@ -214,11 +214,14 @@ module Herald
         raise Herald::TimeoutError, "PostgreSQL at #{@url} did not answer within #{@timeout}s (the store's timeout:)"
       end
 
-      # An idle pooled connection whose server ended the session has data (its FATAL) or EOF waiting.
+      # Nothing arrives on an idle pooled connection but the server's goodbye (a FATAL, then EOF): anything
+      # readable means the session is ending, even while its close is still a moment behind the message.
+      # (Reading it hands the FATAL to the notice processor, i.e. to Herald.logger.)
       def alive?(conn)
         return false if conn.finished? || conn.status != PG::CONNECTION_OK
+        return true unless conn.socket_io.wait_readable(0)
         conn.check_socket
-        conn.status == PG::CONNECTION_OK
+        false
       rescue PG::Error, IOError, SystemCallError
         false
       end
