@@ -14,6 +14,7 @@ Gem::Specification.new do |s|
   s.files = Dir["lib/**/*.rb", "exe/*", "README.md"]
   s.bindir = "exe"
   s.executables = ["herald"]
+  s.add_dependency "json", ">= 2.10" # JSON::Coder, strict: what JSON cannot carry is refused, not stored as #to_s
   s.add_dependency "msgpack", "~> 1.7"
   s.add_dependency "nio4r", "~> 2.5" # epoll event loop that parks thousands of HTTP clients (see README)
   s.add_dependency "puma", ">= 6.4", "< 8" # the app server behind `herald server` (see README)

@@ -91,6 +91,8 @@ module Herald
     def validate!(channel, user_ids, group_ids, client_ids, site_id)
       raise ArgumentError, "channel must be a String starting with /, got #{channel.inspect}" unless channel.is_a?(String) && channel.start_with?("/")
       raise ArgumentError, "channel must not contain #{Store::SITE_SEPARATOR}" if channel.include?(Store::SITE_SEPARATOR)
+      text!(:channel, channel)
+      site_id = site_name(site_id)
       validate_targets!(:user_ids, user_ids) if user_ids
       validate_targets!(:group_ids, group_ids) if group_ids
       validate_targets!(:client_ids, client_ids) if client_ids
@@ -102,6 +104,25 @@ module Herald
 
     def validate_targets!(name, ids)
       raise InvalidMessageError, "#{name} must be a non-empty Array or nil, got #{ids.inspect}" unless ids.is_a?(Array) && !ids.empty?
+      # [current_user&.id] for a visitor: a nil target would match every anonymous client.
+      raise InvalidMessageError, "#{name} must not contain nil, got #{ids.inspect}" if ids.include?(nil)
+    end
+
+    # Channel names and site ids are UTF-8 text, stored as bytes and read back as UTF-8 by every store.
+    def text!(name, value)
+      return if value.valid_encoding? && (value.encoding == Encoding::UTF_8 || value.ascii_only?)
+      raise InvalidMessageError, "#{name} must be valid UTF-8, got #{value.encoding} #{value.dump[0, 60]}"
+    end
+
+    # A site id is a String ("" is a site of its own, as in message_bus); Symbols and Integers are named
+    # by their text, so every store returns the same String.
+    def site_name(site_id)
+      case site_id
+      when nil then nil
+      when String then site_id.tap { text!(:site_id, site_id) }
+      when Symbol, Integer then site_id.to_s
+      else raise InvalidMessageError, "site_id must be a String, got #{site_id.class}"
+      end
     end
 
     # /global/ channels are shared by every site, so they are never keyed by site.

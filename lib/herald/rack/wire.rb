@@ -146,9 +146,19 @@ module Herald
       end
 
       def build_json(msg)
-        data = msg.codec.equal?(Codec::Json) ? msg.payload : JSON.generate(msg.data)
+        data = msg.codec.equal?(Codec::Json) ? msg.payload : transcoded_json(msg)
         head = %({"global_id":#{msg.global_id},"message_id":#{msg.message_id},"channel":)
         (head.b << JSON.generate(msg.channel).b << ',"data":' << data.b << "}").freeze
+      end
+
+      # A MessagePack message for a JSON client. Binary Strings have no JSON form: such a message goes out
+      # with data null (and a warning) rather than failing the whole reply.
+      def transcoded_json(msg)
+        JSON.generate(msg.data)
+      rescue JSON::JSONError, EncodingError => e
+        Herald.logger.warn "#{msg.channel} ##{msg.global_id} has no JSON form (#{e.message}): sent with data null; " \
+          "clients that need binary should ask for application/vnd.msgpack"
+        "null"
       end
 
       def build_msgpack(msg)

@@ -77,7 +77,7 @@ module Herald
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ClosedError, "store is closed" if @closed
-        key = Store.channel_key(channel, site_id)
+        key = key_for(channel, site_id)
         size, age = @retention.for(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
@@ -90,13 +90,13 @@ module Herald
       end
 
       def last_id(channel, site_id: nil)
-        first_value(read { |c| c.exec_prepared("last_id", [Store.channel_key(channel, site_id)]) }).to_i
+        first_value(read { |c| c.exec_prepared("last_id", [key_for(channel, site_id)]) }).to_i
       end
 
       def last_ids(channels, site_id: nil)
-        keys = channels.to_h { |ch| [Store.channel_key(ch, site_id), ch] }
-        found = read { |c| c.exec_prepared("last_ids", [@array_encoder.encode(keys.keys)]).values }.to_h
-        channels.to_h { |ch| [ch, found[Store.channel_key(ch, site_id)].to_i] }
+        keys = channels.map { |ch| key_for(ch, site_id) }
+        found = read { |c| c.exec_prepared("last_ids", [@array_encoder.encode(keys)]).values }.to_h
+        channels.zip(keys).to_h { |ch, key| [ch, found[key].to_i] }
       end
 
       def last_global_id
@@ -106,7 +106,7 @@ module Herald
       end
 
       def backlog(channel, last_id = 0, site_id: nil)
-        key = Store.channel_key(channel, site_id)
+        key = key_for(channel, site_id)
         cached(key, last_id) do
           Packed.decode_all(read { |c| c.exec_prepared("backlog", [key, last_id], 1).column_values(0) }, channel)
         end
@@ -161,6 +161,18 @@ module Herald
       end
 
       private
+
+      # PostgreSQL text cannot hold NUL, which channel names and site ids may contain. Such a key (and
+      # any key starting with the marker) is stored escaped behind the marker U+10FFFF: marker -> marker
+      # marker, NUL -> marker "0". Other keys are stored as they are, so the mapping stays one-to-one.
+      KEY_MARK = "\u{10FFFF}"
+      KEY_ESCAPES = {KEY_MARK => KEY_MARK * 2, "\0" => "#{KEY_MARK}0"}.freeze
+
+      def key_for(channel, site_id)
+        key = Store.channel_key(channel, site_id)
+        return key unless key.include?("\0") || key.start_with?(KEY_MARK)
+        KEY_MARK + key.gsub(/[\u{10FFFF}\0]/, KEY_ESCAPES)
+      end
 
       # Lost connections surface as errors; libpq's own stderr notices (NOTICE, FATAL) would only be noise.
       def quiet(conn)

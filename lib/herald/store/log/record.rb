@@ -11,7 +11,8 @@ module Herald
       #
       #   frame   length u32 LE | crc32 u32 LE
       #   payload global_id u64 | message_id u64 |
-      #           word u64 (codec id: bits 0-7, flags: 8-15, channel length: 16-31, site length: 32-47,
+      #           word u64 (codec id: bits 0-7, flags: 8-15 (HAS_RETENTION, HAS_SITE),
+      #                     channel length: 16-31, site length: 32-47,
       #                     targets length: 48-63, 0xffff when it does not fit: read the u32) |
       #           targets length u32 | created_at f64 | max_backlog_size u32 (0: unset) |
       #           max_backlog_age f64 (0: unset) |
@@ -19,6 +20,10 @@ module Herald
       #
       # Decoding (StoredMessage) slices the rest out of the read buffer when first asked for, and leaves
       # data encoded: Message#data decodes it on first access.
+      #
+      # Bytes, not text: the record is built in a binary buffer, and every piece (channel, site, payload) is
+      # appended as its bytes, whatever its encoding. Reading tags channel and site as UTF-8 and the payload
+      # as its codec says, so the same bytes and encodings come back (DESIGN.md "Data: the same bytes out as in").
       module Record
         FRAME = "L<L<"
         FRAME_SIZE = 8
@@ -33,6 +38,7 @@ module Herald
         RETENTION = "L<E"
         FLAGS_AT = FRAME_SIZE + 17
         HAS_RETENTION = 1
+        HAS_SITE = 2 # a site id is present, even an empty one: "" is a site of its own, never "no site"
         EMPTY = "".b.freeze
         TEXT_CODECS = [Codec::Json.id].freeze
 
@@ -46,21 +52,27 @@ module Herald
           raise ArgumentError, "channel and site_id must be shorter than 64 KiB" if channel.bytesize > 0xffff || site.bytesize > 0xffff
           length = HEADER_SIZE + channel.bytesize + site.bytesize + targets.bytesize + payload.bytesize
           buffer.clear
-          flags = (max_size || max_age) ? HAS_RETENTION : 0
+          flags = ((max_size || max_age) ? HAS_RETENTION : 0) | (site_id ? HAS_SITE : 0)
           short_targets = (targets.bytesize < 0xffff) ? targets.bytesize : 0xffff # 0xffff: read the u32 field
           word = codec_id | (flags << 8) | (channel.bytesize << 16) | (site.bytesize << 32) | (short_targets << 48)
           [length, 0, global_id, message_id, word, targets.bytesize, created_at, max_size || 0,
             max_age || 0.0].pack(LAYOUT, buffer: buffer)
-          buffer << channel
-          buffer << site unless site.empty?
+          append(buffer, channel)
+          append(buffer, site) unless site.empty?
           buffer << targets unless targets.empty?
-          buffer << payload
+          append(buffer, payload)
           crc = Zlib.crc32(buffer.byteslice(FRAME_SIZE, length))
           buffer.setbyte(4, crc & 0xff) # the CRC goes into the frame in place: no second buffer
           buffer.setbyte(5, (crc >> 8) & 0xff)
           buffer.setbyte(6, (crc >> 16) & 0xff)
           buffer.setbyte(7, crc >> 24)
           buffer
+        end
+
+        # Appends the bytes of `str` to the binary buffer. A String with non-ASCII characters in another
+        # encoding (UTF-8 text) cannot be concatenated to binary bytes as is; its binary copy can.
+        def append(buffer, str)
+          buffer << ((str.ascii_only? || str.encoding == Encoding::BINARY) ? str : str.b)
         end
 
         # What a frame at `pos` of `buffer` (holding bytes up to `limit`) is:

@@ -33,8 +33,9 @@ module Herald
           end
         end
 
+        # nil when published without a site; "" (HAS_SITE with no bytes) is a site of its own.
         def site_id
-          return nil if site_length.zero?
+          return nil if (@word >> 8).nobits?(Record::HAS_SITE) && site_length.zero?
           @site_id ||= @buffer.byteslice(@start + Record::HEADER_SIZE + channel_length, site_length)
             .force_encoding(Encoding::UTF_8).freeze
         end

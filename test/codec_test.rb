@@ -1,0 +1,65 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# What a codec cannot represent is refused at publish, naming the value's class; nothing is stored.
+class CodecTest < Minitest::Test
+  Signup = Struct.new(:email)
+
+  class Record # stands in for an ActiveRecord object: no JSON or MessagePack form of its own
+    def initialize = @id = 1
+  end
+
+  def setup
+    @store = Herald::Store::Memory.new
+  end
+
+  def test_json_refuses_what_it_cannot_represent
+    bus = Herald::Bus.new(store: @store, codec: :json)
+    {Record.new => "Record", -> {} => "Proc", "\xFF" => "malformed utf-8", "\xC3\xA9".b => "ASCII-8BIT",
+     {"at" => Time.at(0)} => "Time", Float::NAN => "NaN", [Signup.new("a")] => "Signup"}.each do |data, named|
+      error = assert_raises(Herald::InvalidMessageError, data.class.name) { bus.publish("/c", data) }
+      assert_includes error.message, named
+    end
+    assert_equal 0, @store.last_global_id, "nothing refused is stored"
+  end
+
+  def test_msgpack_refuses_what_it_cannot_represent_and_keeps_binary
+    bus = Herald::Bus.new(store: @store, codec: :msgpack)
+    {Record.new => "Record", -> {} => "Proc", {"at" => [Time.at(0)]} => "Time", 2**70 => "Integer"}.each do |data, named|
+      error = assert_raises(Herald::InvalidMessageError) { bus.publish("/c", data) }
+      assert_includes error.message, named
+    end
+    assert_equal 0, @store.last_global_id
+    blob = (0..255).to_a.pack("C*")
+    bus.publish("/c", {"blob" => blob, "text" => "é"})
+    data = bus.backlog("/c").first.data
+    assert_equal [blob, Encoding::BINARY], [data["blob"], data["blob"].encoding]
+    assert_equal Encoding::UTF_8, data["text"].encoding
+  end
+
+  def test_json_accepts_symbols_and_text_in_other_encodings
+    bus = Herald::Bus.new(store: @store, codec: :json)
+    bus.publish("/c", {text: :hi, latin: "é".encode("ISO-8859-1")})
+    assert_equal({"text" => "hi", "latin" => "é"}, bus.backlog("/c").first.data)
+  end
+
+  def test_nil_targets_are_refused
+    bus = Herald::Bus.new(store: @store)
+    %i[user_ids group_ids client_ids].each do |targets|
+      error = assert_raises(Herald::InvalidMessageError) { bus.publish("/c", 1, targets => [nil]) }
+      assert_includes error.message, "nil"
+    end
+    assert_equal 0, @store.last_global_id
+  end
+
+  def test_channel_and_site_must_be_utf8_text
+    bus = Herald::Bus.new(store: @store)
+    assert_raises(Herald::InvalidMessageError) { bus.publish("/c\xFF", 1) }
+    assert_raises(Herald::InvalidMessageError) { bus.publish("/c", 1, site_id: "s\xFF") }
+    assert_raises(Herald::InvalidMessageError) { bus.publish("/é".encode("ISO-8859-1"), 1) }
+    assert_raises(Herald::InvalidMessageError) { bus.publish("/c", 1, site_id: Object.new) }
+    bus.publish("/c", 1, site_id: 42)
+    assert_equal ["42"], bus.backlog("/c", site_id: "42").map(&:site_id)
+  end
+end
