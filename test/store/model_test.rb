@@ -10,10 +10,10 @@ require_relative "../support/model/runner"
 # test/support/model/runner.rb.
 #
 #   SEED=123 STORE=log_always bundle exec ruby -Itest test/store/model_test.rb   # replay one seed
-#   SEEDS=3 OPS=600 (per store, the defaults); bin/soak 600 runs longer, across every store.
+#   SEEDS=2 OPS=800 (per store, the defaults); bin/soak 600 runs longer, across every store.
 class ModelTest < Minitest::Test
-  SEEDS = Integer(ENV.fetch("SEEDS", "3"))
-  OPS = Integer(ENV.fetch("OPS", "600"))
+  SEEDS = Integer(ENV.fetch("SEEDS", "2"))
+  OPS = Integer(ENV.fetch("OPS", "800"))
   SERVERS = {"redis" => :redis, "postgres" => :postgres}.freeze
 
   Herald::Model::Subject::NAMES.each do |name|

@@ -69,7 +69,15 @@ module Herald
           @global.reject! { |m| !retained?(m) } if @global.first && !retained?(@global.first)
           # @global is in id order: a binary search, not a scan (deferred subscribers read in batches).
           i = @global.bsearch_index { |m| m.global_id > last_id } or return []
-          @global[i, limit || @global.size - i]
+          # It still holds messages that left their channel (compacted in bulk): skip them, and count only
+          # what is returned against the limit.
+          found = []
+          now = Process.clock_gettime(Process::CLOCK_REALTIME)
+          while (m = @global[i]) && (limit.nil? || found.size < limit)
+            found << m if retained?(m, now)
+            i += 1
+          end
+          found
         end
       end
 
@@ -122,9 +130,9 @@ module Herald
         @global.select! { |m| retained?(m) } if @global.size > 2 * @retained + 64
       end
 
-      def retained?(msg)
+      def retained?(msg, now = Process.clock_gettime(Process::CLOCK_REALTIME))
         ch = @channels[Store.channel_key(msg.channel, msg.site_id)]
-        ch.messages.first.message_id <= msg.message_id && msg.created_at > Process.clock_gettime(Process::CLOCK_REALTIME) - ch.max_age
+        ch.messages.first.message_id <= msg.message_id && msg.created_at > now - ch.max_age
       end
 
       def live(messages, max_age)

@@ -26,7 +26,8 @@ module Herald
       STATEMENTS = {
         "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4, $5)",
         "backlog" => "SELECT record FROM %<t>s_messages WHERE key = $1 AND message_id > $2 ORDER BY message_id",
-        "global" => "SELECT record FROM %<t>s_messages WHERE global_id > $1 ORDER BY global_id LIMIT $2",
+        # Expired rows are left out before the LIMIT: a page is never short while live messages follow.
+        "global" => "SELECT record FROM %<t>s_messages WHERE global_id > $1 AND expires_at > $3 ORDER BY global_id LIMIT $2",
         "last_id" => "SELECT last_id FROM %<t>s_channels WHERE key = $1",
         "last_ids" => "SELECT key, last_id FROM %<t>s_channels WHERE key = ANY($1::text[])",
         "meta" => "SELECT global_id, epoch FROM %<t>s_meta WHERE id = 1",
@@ -113,7 +114,8 @@ module Herald
       end
 
       def global_backlog(last_id = 0, limit: nil)
-        Packed.unexpired(Packed.decode_all(read { |c| c.exec_prepared("global", [last_id, limit], 1).column_values(0) }))
+        now = Process.clock_gettime(Process::CLOCK_REALTIME)
+        Packed.decode_all(read { |c| c.exec_prepared("global", [last_id, limit, now], 1).column_values(0) })
       end
 
       def epoch

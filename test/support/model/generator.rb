@@ -15,7 +15,7 @@ module Herald
       LONG_AGES = [3600, 86_400, 30 * 86_400].freeze
       MAX_SUBSCRIPTIONS = 6
       WEIGHTS = {publish: 45, backlog: 15, last_id: 7, last_ids: 5, global_backlog: 8, subscribe: 3, finish: 2,
-                 reopen: 1, fork: 1, sleep: 0.5}.freeze
+                 reopen: 1, fork: 0.6, sleep: 0.4}.freeze
 
       attr_reader :text
 
@@ -89,7 +89,11 @@ module Herald
       # Given at a key's first publish or never, then only repeated: see Runner (stores differ on a changed age).
       def age(key, first:)
         return (@ages[key] && @text.chance(0.2)) ? @ages[key] : nil unless first
-        @ages[key] = (@forking || !@text.chance(0.1)) ? nil : @text.pick(@text.chance(0.3) ? SHORT_AGES : LONG_AGES)
+        @ages[key] = if @forking || !@text.chance(0.1)
+          nil
+        else
+          @text.pick(@text.chance(0.3) ? SHORT_AGES : LONG_AGES)
+        end
       end
 
       def some_id(count) = @text.chance(0.4) ? 0 : @text.int(0..count + 1)

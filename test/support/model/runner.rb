@@ -95,6 +95,7 @@ module Herald
       private
 
       def perform(op)
+        warn "#{@index + 1}: #{describe_op(op)}" if ENV["MODEL_TRACE"]
         Timeout.timeout(OP_TIMEOUT) { send(:"run_#{op[:op]}", op) }
         check_errors
       rescue Timeout::Error

@@ -29,9 +29,11 @@ module Herald
           other = SIDES.find { |n| n != name }
           have = got[name].to_set(&:global_id)
           lost = got[other].find { |m| retained.include?(m.global_id) && !expiring.include?(m.global_id) && !have.include?(m.global_id) }
-          fail!("subscription #{op[:number]} (#{show(sub.op[:channel], 60)}, #{sub.op[:from].inspect}, site_id: " \
-            "#{show(sub.op[:site_id], 40)}): the #{name} never delivered #{describe(lost)}, still retained\n" \
-            "    oracle:  #{ids(got[:oracle])}\n    subject: #{ids(got[:subject])}") if lost
+          if lost
+            fail!("subscription #{op[:number]} (#{show(sub.op[:channel], 60)}, #{sub.op[:from].inspect}, site_id: " \
+              "#{show(sub.op[:site_id], 40)}): the #{name} never delivered #{describe(lost)}, still retained\n" \
+              "    oracle:  #{ids(got[:oracle])}\n    subject: #{ids(got[:subject])}")
+          end
         end
       ensure
         sub&.handles&.each_value(&:unsubscribe)
@@ -45,7 +47,8 @@ module Herald
         seen = Set.new
         messages.each do |m|
           fail!("#{what}: #{describe(m)} twice") unless seen.add?(m.global_id)
-          fail!("#{what}: #{describe(m)} is not on its channel") unless m.channel == channel && (site.nil? || m.site_id == site)
+          on_channel = m.channel == channel && (site.nil? || m.site_id == site)
+          fail!("#{what}: #{describe(m)} is not on its channel") unless on_channel
           key = [m.channel, m.site_id]
           fail!("#{what}: #{describe(m)} after message id #{last[key]}") unless m.message_id > last[key]
           fail!("#{what}: #{describe(m)} is not after #{sub.op[:from]}") if sub.op[:from] && key == key_of(channel, sub.op[:site_id]) && m.message_id <= sub.op[:from]

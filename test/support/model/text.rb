@@ -30,9 +30,16 @@ module Herald
 
       def pick(array) = array[@random.rand(array.size)]
 
-      # Text of about `bytes` bytes (UTF-8, valid).
+      # Text of about `bytes` bytes (UTF-8, valid). Large ones repeat a rotation of a pool of random pieces
+      # (building 1 MiB one piece at a time would cost more than the store under test).
       def text(bytes)
         out = +""
+        if bytes > 4096
+          @pool ||= Array.new(16_384) { pick(PIECES) }
+          start = int(0...@pool.size)
+          chunk = (@pool[start..] + @pool[0, start]).join
+          out << chunk while out.bytesize + chunk.bytesize <= bytes
+        end
         out << pick(PIECES) while out.bytesize < bytes
         out
       end
@@ -53,7 +60,7 @@ module Herald
 
       # Data for a codec: JSON gets what JSON can carry (string keys, valid UTF-8); MessagePack also binary.
       def data(codec, depth = 0)
-        case int(0..(depth > 1 ? 6 : 8))
+        case int(0..((depth > 1) ? 6 : 8))
         when 0 then nil
         when 1 then chance(0.5)
         when 2 then pick([0, -1, 1, 42, 2**31, -(2**53), 2**62, int(-1000..1000)])

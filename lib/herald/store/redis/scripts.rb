@@ -27,11 +27,24 @@ module Herald
           end
         LUA
 
+        # Drops the channel's oldest records beyond `size` (from both sets) once more than `slack` are over.
+        TRIM = <<~LUA
+          local function trim(size, slack)
+            local over = redis.call('ZCARD', KEYS[3]) - size
+            if over > slack then
+              local old = redis.call('ZRANGE', KEYS[3], 0, over - 1)
+              redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
+              redis.call('ZREM', KEYS[4], unpack(old))
+            end
+          end
+        LUA
+
         # KEYS meta ids channel global; ARGV channel_key tail max_size ttl known_epoch watermark clock
-        # new_epoch max_global wake_channel slack. Returns {global_id, message_id, epoch, reset}.
+        # new_epoch max_global wake_channel slack trim_first. Returns {global_id, message_id, epoch, reset}.
         # Trimming runs in batches (once a set is `slack` past its size, about size/16) to keep the
         # common append short; channel backlogs are read newest-first with LIMIT size, so they stay exact.
-        APPEND = script(RESET + <<~LUA)
+        # trim_first (when > 0: the channel's size grows from it) drops the batch's leftovers first.
+        APPEND = script(RESET + TRIM + <<~LUA)
           local st = redis.call('HMGET', KEYS[1], 'epoch', 'gid', 'floor')
           local epoch, gid, floor, reset = st[1], tonumber(st[2]) or 0, tonumber(st[3]) or 0, 0
           local watermark = tonumber(ARGV[6])
@@ -52,16 +65,12 @@ module Herald
             redis.call('HSET', KEYS[2], ARGV[1], mid)
           end
           local rec = struct.pack('>dd', gid, mid) .. ARGV[2]
+          if tonumber(ARGV[12]) > 0 then trim(tonumber(ARGV[12]), 0) end
           redis.call('ZADD', KEYS[3], mid, rec)
           redis.call('ZADD', KEYS[4], gid, rec)
-          local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[3])
-          if over > tonumber(ARGV[11]) then
-            local old = redis.call('ZRANGE', KEYS[3], 0, over - 1)
-            redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
-            redis.call('ZREM', KEYS[4], unpack(old))
-          end
+          trim(tonumber(ARGV[3]), tonumber(ARGV[11]))
           redis.call('EXPIRE', KEYS[3], ARGV[4])
-          over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
+          local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
           if over > tonumber(ARGV[9]) / 16 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1) end
           redis.call('PUBLISH', ARGV[10], string.format('%d', gid) .. ',' .. ARGV[1])
           return {gid, mid, epoch, reset}
