@@ -80,7 +80,15 @@ module Herald
       end
 
       def describe(msg)
-        "#{msg.global_id} (#{show(msg.channel)} site #{show(msg.site_id)} message_id #{msg.message_id})"
+        "#{msg.global_id} (#{show(msg.channel)} site #{show(msg.site_id)} message_id #{msg.message_id}#{timing(msg)})"
+      end
+
+      # For messages that can expire: how long ago they were published, and their age limit.
+      def timing(msg)
+        r = @published[msg.global_id]
+        return "" unless r && r.age < Runner::SHORT_AGE
+        t = Process.clock_gettime(Process::CLOCK_REALTIME)
+        ", max_backlog_age #{r.age}, published #{(t - r.p1).round(3)}..#{(t - r.p0).round(3)}s ago"
       end
 
       def show(value, max = 120)

@@ -20,12 +20,13 @@ module Herald
 
       def run_finish(op)
         sub = @subs.delete(op[:number]) or return
-        fence(sub.op[:codec])
+        fenced = fence(sub)
         retained = @oracle.store.global_backlog(0).to_set(&:global_id)
         expiring = expiring(@published.each_value, sub.started, now)
         got = sub.lock.synchronize { sub.got.transform_values(&:dup) }
         SIDES.each { |name| check_delivered(sub, name, got[name]) }
         SIDES.each do |name|
+          next unless fenced
           other = SIDES.find { |n| n != name }
           have = got[name].to_set(&:global_id)
           lost = got[other].find { |m| retained.include?(m.global_id) && !expiring.include?(m.global_id) && !have.include?(m.global_id) }
@@ -58,18 +59,24 @@ module Herald
         end
       end
 
-      # Publishes a marker on both sides and waits until both buses' dispatchers delivered it: whatever was
-      # published before it has then been handed to every subscription.
-      def fence(codec)
-        msg = run_publish({op: :publish, codec: codec, channel: FENCE, data: @index, site_id: nil}) or fail!("fence publish failed")
-        deadline = now + FENCE_TIMEOUT
-        SIDES.each do |name|
-          side = instance_variable_get(:"@#{name}")
-          until side.seen(codec) >= msg.global_id
-            fail!("the #{name}'s #{codec} bus did not deliver message #{msg.global_id} within #{FENCE_TIMEOUT}s (delivered up to #{side.seen(codec)})") if now > deadline
-            sleep 0.002
-          end
+      # Publishes markers on the subscription's own channel until one is past its starting id, and waits until
+      # both sides delivered it: the subscription is then live and has handled everything before it. False
+      # when the marker expired first (a channel with a short max_backlog_age): then only what was delivered
+      # can be checked.
+      def fence(sub)
+        marker = nil
+        64.times do
+          marker = run_publish({op: :publish, codec: sub.op[:codec], channel: sub.op[:channel], site_id: sub.op[:site_id], data: "fence #{@index}"}) or return false
+          break if sub.op[:from].nil? || marker.message_id > sub.op[:from]
         end
+        record = @published[marker.global_id]
+        deadline = now + FENCE_TIMEOUT
+        until SIDES.all? { |name| sub.lock.synchronize { sub.got[name].any? { |m| m.global_id == marker.global_id } } }
+          return false if record.age < SHORT_AGE && now > record.p0 + record.age
+          fail!("subscription #{sub.op[:number]}: not both sides delivered #{describe(marker)} within #{FENCE_TIMEOUT}s") if now > deadline
+          sleep 0.002
+        end
+        true
       end
 
       def finish_all
