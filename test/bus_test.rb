@@ -47,7 +47,8 @@ class BusTest < Minitest::Test
     assert_raises(Herald::InvalidMessageError) { @bus.publish("/global/a", 1, user_ids: [1]) }
     assert_raises(Herald::InvalidMessageError) { @bus.publish("/global/a", 1, group_ids: [1]) }
     assert_raises(ArgumentError) { @bus.publish("/a$|$b", 1) }
-    assert_raises(ArgumentError) { @bus.publish("no-slash", 1) }
+    assert_raises(ArgumentError) { @bus.publish("", 1) }
+    assert_raises(ArgumentError) { @bus.publish(:a, 1) }
     assert_equal 0, @bus.last_id("/a")
   end
 

@@ -56,15 +56,19 @@ module Herald
 
     def global_backlog(last_id = 0, limit: nil) = @store.global_backlog(last_id, limit: limit)
 
-    # subscribe(channel) { |msg| }           new messages on channel
+    # subscribe(channel) { |msg| }           new messages on channel, from every site (msg.site_id says which)
     # subscribe(channel, last_id) { |msg| }  backlog after last_id first, then new ones: no gap, no duplicate
+    #                                        (the backlog of the channel without a site, as message_bus)
+    # subscribe(channel, site_id: "s")       that site only; last_id is then a message id of that site
     # subscribe { |msg| }                    every channel (last_id, if given, is a global id)
     def subscribe(channel = nil, last_id = nil, site_id: nil, &block)
       raise ArgumentError, "subscribe needs a block" unless block
       raise ClosedError, "bus is closed" if @closed
-      site_id = site_key(channel, site_id) if channel
-      last_id ||= channel ? @store.last_id(channel, site_id: site_id) : @store.last_global_id
-      sub = Subscription.new(bus: self, channel: channel, site_id: site_id, last_id: last_id, catch_up: true, callback: block)
+      sub = if channel
+        channel_subscription(channel, last_id, site_key(channel, site_name(site_id)), block)
+      else
+        Subscription.new(bus: self, channel: nil, site_id: nil, last_id: last_id || @store.last_global_id, catch_up: true, callback: block)
+      end
       @lock.synchronize do
         @pending << sub
         # A forked child inherits the bus but not its dispatcher thread: start one again there.
@@ -88,11 +92,19 @@ module Herald
 
     private
 
+    # On one site: counted by that site's message ids. On every site (site_id nil): by global ids from now.
+    def channel_subscription(channel, last_id, site_id, block)
+      validate_channel!(channel)
+      floor = site_id ? nil : @store.last_global_id
+      last_id ||= @store.last_id(channel, site_id: site_id) if site_id
+      Subscription.new(bus: self, channel: channel, site_id: site_id, last_id: last_id, global_floor: floor, catch_up: true, callback: block)
+    end
+
     def validate!(channel, user_ids, group_ids, client_ids, site_id)
-      raise ArgumentError, "channel must be a String starting with /, got #{channel.inspect}" unless channel.is_a?(String) && channel.start_with?("/")
-      raise ArgumentError, "channel must not contain #{Store::SITE_SEPARATOR}" if channel.include?(Store::SITE_SEPARATOR)
+      validate_channel!(channel)
       text!(:channel, channel)
       site_id = site_name(site_id)
+      Store.validate_name_sizes!(channel, site_id)
       validate_targets!(:user_ids, user_ids) if user_ids
       validate_targets!(:group_ids, group_ids) if group_ids
       validate_targets!(:client_ids, client_ids) if client_ids
@@ -100,6 +112,14 @@ module Herald
         raise InvalidMessageError, "user_ids and group_ids cannot target a /global/ channel"
       end
       site_key(channel, site_id)
+    end
+
+    # Any non-empty String names a channel, with or without a leading / (message_bus accepts `abc` too).
+    # The site separator cannot be allowed: "a$|$b" without a site and "a" on site "b" would share one key.
+    def validate_channel!(channel)
+      raise ArgumentError, "channel must be a non-empty String, got #{channel.inspect}" unless channel.is_a?(String) && !channel.empty?
+      return unless channel.include?(Store::SITE_SEPARATOR)
+      raise ArgumentError, "channel must not contain #{Store::SITE_SEPARATOR} (it separates channel and site id in the store's keys), got #{channel.inspect}"
     end
 
     def validate_targets!(name, ids)

@@ -16,6 +16,10 @@ module Herald
   # A network store (Redis, PostgreSQL) could not be reached.
   class ConnectionError < Error; end
 
+  # A network store did not answer within its `timeout:` (a stalled server, a lock held elsewhere). A
+  # publish that raises it may or may not have been stored, as with any ConnectionError.
+  class TimeoutError < ConnectionError; end
+
   # Anything the store itself failed at.
   class StoreError < Error; end
 
@@ -27,6 +31,17 @@ module Herald
       @segment = segment
       @offset = offset
       super(message || "corrupt record in #{segment} at offset #{offset}")
+    end
+  end
+
+  # A deferred subscriber's saved cursor is damaged (empty, truncated, garbage, negative) and no good
+  # earlier version is left. The subscriber stops rather than start over from the oldest retained event.
+  class CorruptCursorError < StoreError
+    attr_reader :name
+
+    def initialize(message = nil, name: nil)
+      @name = name
+      super(message || "the cursor of #{name} is damaged")
     end
   end
 

@@ -5,6 +5,7 @@ require "puma/server"
 require "puma/log_writer"
 require_relative "../herald"
 require_relative "server/demo_app"
+require_relative "server/puma_log"
 
 module Herald
   # `herald server`: Puma in this process, Herald::Rack::Middleware in front of the demo page, and the
@@ -30,6 +31,7 @@ module Herald
       @host = host
       @port = port
       @threads = threads
+      validate_options!
       @log = log
       @bus = bus || Bus.new(store: store || Store::Log.new(dir: dir))
       @owns_bus = bus.nil?
@@ -41,10 +43,21 @@ module Herald
 
     def app = @middleware
 
+    # What Puma answers when the app raised (500) or a request could not be read (400, 501): a short text
+    # instead of an empty body. The error itself goes to Herald.logger (PumaLog). Puma 6.6 raises more than
+    # its parser error on some malformed requests (a bare "\r\n\r\n": puma/puma#3985; a chunk shorter than
+    # its size line; a huge chunk size) and would answer 500: whatever fails while Puma reads a request,
+    # before the app runs (no "puma.socket" in the env yet), is the request's fault, a 400.
+    LOWLEVEL_ERROR = lambda do |_error, env, status|
+      status = 400 if status == 500 && !(env.is_a?(Hash) && env.key?("puma.socket"))
+      detail = (status >= 500) ? ": the error is in the server's log" : ""
+      [status, {"content-type" => "text/plain; charset=utf-8"}, ["#{status} #{Puma::HTTP_STATUS_CODES[status]}#{detail}\n"]]
+    end
+
     # One Puma configuration for `herald server` and for the peers it is measured against (bench/).
     def self.build_puma(app, host:, port:, threads:)
       puma = Puma::Server.new(app, nil,
-        min_threads: threads, max_threads: threads, log_writer: Puma::LogWriter.null,
+        min_threads: threads, max_threads: threads, log_writer: PumaLog.new, lowlevel_error_handler: LOWLEVEL_ERROR,
         environment: "production", queue_requests: true)
       puma.add_tcp_listener(host, port, true, 1024)
       puma
@@ -54,14 +67,14 @@ module Herald
       @puma = listen
       @port = @puma.connected_ports.first
       @thread = @puma.run
-      @log&.puts "Herald listening on http://#{@host}:#{@port} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
+      @log&.puts "Herald listening on #{url} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
       @log&.flush
       self
     end
 
     attr_reader :port
 
-    def url = "http://#{@host}:#{@port}"
+    def url = "http://#{@host.include?(":") ? "[#{@host}]" : @host}:#{@port}" # [::1]: IPv6 in a URL
 
     # Blocks until SIGTERM/SIGINT or #stop, then shuts down: Puma finishes the requests in flight, the
     # middleware closes its parked connections, the bus flushes and closes the store.
@@ -89,9 +102,17 @@ module Herald
     rescue Errno::EADDRINUSE
       shutdown
       raise ConfigurationError, "cannot listen on #{@host}: port #{@port} is in use; stop the other server or pass --port"
-    rescue Errno::EACCES, Errno::EADDRNOTAVAIL => e
+    rescue Errno::EACCES, Errno::EADDRNOTAVAIL, SocketError => e
       shutdown
       raise ConfigurationError, "cannot listen on #{@host} port #{@port} (#{e.message}); pass another --host or --port"
+    end
+
+    # Puma takes a port modulo 65536, binds every interface for an empty host and, with no threads,
+    # accepts connections it never answers.
+    def validate_options!
+      raise ArgumentError, "host must name an address (0.0.0.0 for every interface), got #{@host.inspect}" unless @host.is_a?(String) && !@host.empty?
+      raise ArgumentError, "port must be an Integer in 0..65535 (0: any free port), got #{@port.inspect}" unless @port.is_a?(Integer) && @port.between?(0, 65_535)
+      raise ArgumentError, "threads must be an Integer >= 1, got #{@threads.inspect}" unless @threads.is_a?(Integer) && @threads >= 1
     end
 
     def shutdown

@@ -30,6 +30,7 @@ module Herald
   #
   # Durable readers (cursors and leases, for deferred subscribers)
   #   load_cursor(name) => Integer (0 when never saved); save_cursor(name, global_id)
+  #     A damaged cursor raises CorruptCursorError (never reads as 0); save_cursor takes an Integer >= 0.
   #   lease(name) => a Lease (#release) when this process now owns `name`, nil when another owner has it.
   #     A lease held by a process that dies is freed (flock, advisory lock, key TTL).
   #
@@ -39,6 +40,9 @@ module Herald
     DEFAULT_MAX_BACKLOG_AGE = 7 * 24 * 60 * 60 # seconds, as message_bus
 
     SITE_SEPARATOR = "$|$"
+    # The longest channel name, and site id, in bytes, on every store: PostgreSQL indexes the key they
+    # make (a btree row holds ~2,700 bytes, and a key that does not compress must fit).
+    MAX_CHANNEL_BYTES = 1024
 
     # The key a channel's message ids are counted under: message_bus keys sites the same way.
     def self.channel_key(channel, site_id)
@@ -64,6 +68,29 @@ module Herald
       when "" then raise ArgumentError, "store URL is empty: give redis://, postgres:// or a directory"
       else Log.new(dir: url, **options)
       end
+    end
+
+    # A cursor is a global id: an Integer >= 0. Checked before saving, so nothing else is ever stored.
+    def self.validate_cursor!(global_id)
+      return if global_id.is_a?(Integer) && global_id >= 0
+      raise ArgumentError, "a cursor is a global id (an Integer >= 0), got #{global_id.inspect}"
+    end
+
+    # A cursor as a network store returns it (nil when never saved). Anything but digits is damage, never
+    # read as 0: that would run every retained event again.
+    def self.parse_cursor(raw, name:, where:)
+      return 0 if raw.nil?
+      return Integer(raw.to_s, 10) if raw.is_a?(Integer) ? raw >= 0 : raw.to_s.match?(/\A\d{1,19}\z/)
+      raise CorruptCursorError.new("the cursor of #{name} in #{where} is damaged (#{raw.to_s[0, 40].inspect}): " \
+        "write the last global id it is done with there, or delete it to start from the oldest retained event", name: name)
+    end
+
+    def self.validate_name_sizes!(channel, site_id)
+      if channel.bytesize > MAX_CHANNEL_BYTES
+        raise InvalidMessageError, "channel is #{channel.bytesize} bytes, over the #{MAX_CHANNEL_BYTES} every store accepts"
+      end
+      return unless site_id && site_id.bytesize > MAX_CHANNEL_BYTES
+      raise InvalidMessageError, "site_id is #{site_id.bytesize} bytes, over the #{MAX_CHANNEL_BYTES} every store accepts"
     end
 
     def self.validate_retention!(max_backlog_size, max_backlog_age)

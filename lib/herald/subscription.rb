@@ -3,14 +3,21 @@
 module Herald
   # A live reader on one channel (or on every channel when channel is nil), fed by the bus's dispatcher.
   # It remembers the last id it delivered, so catch-up from the backlog and live delivery never overlap.
+  #
+  # A channel subscription without a site id sees the channel from every site, as message_bus's
+  # `subscribe` does (`msg.site_id` says which). Message ids are counted per channel and site, so it
+  # follows global ids; the last_id it is given is a message id of the site-less channel, whose backlog
+  # it replays first (message_bus replays that one too). With a site id it sees that site only.
   class Subscription
     attr_reader :channel, :site_id, :last_id
 
-    def initialize(bus:, channel:, site_id:, last_id:, catch_up:, callback:)
+    def initialize(bus:, channel:, site_id:, last_id:, catch_up:, callback:, global_floor: nil)
       @bus = bus
       @channel = channel
       @site_id = site_id
-      @last_id = last_id # message_id for a channel, global_id for all channels
+      @last_id = last_id # message_id for a channel on one site, global_id otherwise
+      @every_site = channel && site_id.nil?
+      @global = global_floor # the global id a subscription on every site delivers after
       @catch_up = catch_up
       @callback = callback
       @active = true
@@ -27,14 +34,20 @@ module Herald
     def catch_up(store)
       return [] unless @catch_up
       @catch_up = false
-      @channel ? store.backlog(@channel, @last_id, site_id: @site_id) : store.global_backlog(@last_id)
+      return store.global_backlog(@last_id) unless @channel
+      return store.backlog(@channel, @last_id, site_id: @site_id) unless @every_site
+      every_site_catch_up(store)
     end
 
     def deliver(msg)
       return unless @active && matches?(msg)
-      id = @channel ? msg.message_id : msg.global_id
-      return if id <= @last_id
-      @last_id = id
+      if @every_site
+        return unless every_site_new?(msg)
+      else
+        id = @channel ? msg.message_id : msg.global_id
+        return if id <= @last_id
+        @last_id = id
+      end
       @callback.call(msg)
     end
 
@@ -42,7 +55,32 @@ module Herald
 
     def matches?(msg)
       return true if @channel.nil?
-      msg.channel == @channel && msg.site_id == @site_id
+      msg.channel == @channel && (@every_site || msg.site_id == @site_id)
+    end
+
+    # Past the global id seen at subscribe time, or (the replay) a site-less message past last_id.
+    def every_site_new?(msg)
+      replayed = @last_id && msg.site_id.nil? && msg.message_id > @last_id
+      return false unless msg.global_id > @global || replayed
+      @global = msg.global_id if msg.global_id > @global
+      @last_id = msg.message_id if replayed
+      true
+    end
+
+    # The site-less backlog after last_id (read first), then everything on the channel after the global id
+    # seen at subscribe time, from every site (read second, so nothing appended in between is missed).
+    def every_site_catch_up(store)
+      replay = @last_id ? store.backlog(@channel, @last_id) : []
+      floor = @global
+      since = []
+      loop do
+        batch = store.global_backlog(floor, limit: Bus::BATCH)
+        break if batch.empty?
+        batch.each { |m| since << m if m.channel == @channel }
+        floor = batch.last.global_id
+      end
+      replay.select! { |m| m.global_id <= @global }
+      replay.concat(since)
     end
   end
 end

@@ -50,8 +50,11 @@ class DeliveryTest < Minitest::Test
       calls << [e.user_id, Process.clock_gettime(Process::CLOCK_MONOTONIC)]
       raise IOError, "smtp down" if calls.size <= 3
     end
-    Herald.publish_event(UserRegistered.new(user_id: 9))
-    eventually { calls.size == 4 }
+    log = capture_log do
+      Herald.publish_event(UserRegistered.new(user_id: 9))
+      eventually { calls.size == 4 }
+    end
+    assert_equal 3, log.scan(/^WARN: deferred subscriber Flaky failed .* retrying .*: IOError: smtp down/).size, log
     assert_equal [[1, 0.02], [2, 0.04], [3, 0.08]], retries
     gaps = calls.each_cons(2).map { |(_, a), (_, b)| b - a }
     gaps.zip([0.02, 0.04, 0.08]).each { |gap, wait| assert_operator gap, :>=, wait * 0.9 }
@@ -69,9 +72,15 @@ class DeliveryTest < Minitest::Test
       raise ArgumentError, "card declined" if e.amount == 13
       handled << e.amount
     end
-    Herald.publish_event(Charge.new(amount: 13))
-    Herald.publish_event(Charge.new(amount: 14))
-    assert_equal 14, handled.pop
+    log = capture_log do |io|
+      Herald.publish_event(Charge.new(amount: 13))
+      Herald.publish_event(Charge.new(amount: 14))
+      assert_equal 14, handled.pop
+      eventually { io.string.include?("gave up") }
+    end
+    # The issue: "lands in the dead letters with nothing logged".
+    assert_equal 2, log.scan(/^WARN: deferred subscriber Billing failed on \/events\/delivery_test\/charge #1 \(attempt [12] of 3\), retrying in .*: ArgumentError: card declined \(.*delivery_test.rb:\d+/).size, log
+    assert_match(%r{^ERROR: deferred subscriber Billing gave up on /events/delivery_test/charge #1 after 3 attempts: ArgumentError: card declined .*; dead letter /herald/dead/Billing #1}, log)
     letters = Herald.dead_letters.list
     assert_equal 1, letters.size
     letter = letters.first
@@ -89,9 +98,11 @@ class DeliveryTest < Minitest::Test
       raise "not yet" unless fixed
       replayed << [e.amount, m.global_id]
     end
-    Herald.publish_event(Charge.new(amount: 1))
-    Herald.publish_event(Charge.new(amount: 2))
-    eventually { Herald.dead_letters.list.size == 2 }
+    capture_log do |io|
+      Herald.publish_event(Charge.new(amount: 1))
+      Herald.publish_event(Charge.new(amount: 2))
+      eventually { io.string.scan("gave up").size == 2 }
+    end
     fixed = true
     results = Herald.dead_letters.replay(sub, from: 2)
     assert_equal [[2, nil]], results.map { |l, e| [l.id, e] }
@@ -105,8 +116,10 @@ class DeliveryTest < Minitest::Test
     ChargeCard.retry_on(StandardError, attempts: 1)
     broken = File.join(@tmp, "missing", "out") # the handler fails: no such directory
     ENV["REPLAY_OUT"] = broken
-    Herald.publish_event(::Charge.new(amount: 5))
-    eventually { Herald.dead_letters.list.size == 1 }
+    capture_log do |io|
+      Herald.publish_event(::Charge.new(amount: 5))
+      eventually { io.string.include?("gave up") }
+    end
     Herald.reset!
 
     out, status = herald("dead", "--dir", dir)

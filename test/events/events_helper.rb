@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "test_helper"
+require "stringio"
 
 module Herald
   module EventsTestSupport
@@ -53,5 +54,17 @@ module Herald
     def read_ids(path) = File.exist?(path) ? File.read(path).split("\n").map { |l| Integer(l) } : []
 
     def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+    # Herald.logger's lines while the block runs (the logger is restored after). The block gets the
+    # StringIO, to wait for lines that worker threads write.
+    def capture_log
+      io = StringIO.new
+      previous = Herald.logger
+      Herald.logger = ::Logger.new(io, formatter: proc { |sev, _, _, msg| "#{sev}: #{msg}\n" })
+      yield io
+      io.string
+    ensure
+      Herald.logger = previous
+    end
   end
 end

@@ -52,6 +52,66 @@ class SseAndMsgpackTest < Minitest::Test
     assert_equal [{"event" => "status", "data" => %({"global_id":-1,"message_id":-1,"channel":"/__status","data":{"/a":1}})}], events
   end
 
+  # SSE is text: an EventSource asking for MessagePack still gets text/event-stream with JSON data lines,
+  # on a JSON bus and on a MessagePack bus, over a hijacked socket and as a Rack body.
+  def test_sse_is_text_event_stream_with_json_data_whatever_accept_says
+    [:json, :msgpack].each do |codec|
+      bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: codec)
+      mw = Herald::Rack::Middleware.new(APP, bus: bus, long_polling_interval: 0.3)
+      @middlewares << mw
+      bus.publish("/chat", {"text" => "héllo 🎉"})
+      socket = puma(mw).request("", method: "GET", type: nil, path: "/message-bus/c1/sse?%2Fchat=0", headers: {"Accept" => MSGPACK})
+      _, headers, body = Server.read(socket)
+      response = mock(mw).get("/message-bus/c2/sse?%2Fchat=0", "HTTP_ACCEPT" => MSGPACK)
+      [[headers.to_h["content-type"], body], [response.headers["content-type"], response.body]].each do |type, text|
+        assert_equal "text/event-stream", type, codec
+        assert_equal [{"text" => "héllo 🎉"}], sse_events(text.force_encoding("UTF-8")).map { |e| JSON.parse(e["data"])["data"] }, codec
+      end
+    ensure
+      bus&.close
+    end
+  end
+
+  # A MessagePack bus carries what JSON cannot (binary strings, NaN). A JSON client still gets the message,
+  # with data null (and a warning), in a reply, a stream, SSE and when parked; a MessagePack client gets
+  # every byte unchanged.
+  def test_binary_and_nan_from_a_msgpack_bus_reach_json_clients_as_null
+    bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: :msgpack)
+    mw = Herald::Rack::Middleware.new(APP, bus: bus, long_polling_interval: 0.3)
+    @middlewares << mw
+    bus.publish("/chat", {"bin" => "\xFF\x00ok".b})
+    bus.publish("/chat", {"nan" => Float::NAN})
+    bus.publish("/chat", "é")
+    capture_io do
+      reply = poll(mock(mw), {"/chat" => 0}, query: "dlp=t")
+      assert_equal [nil, nil, "é"], ids(JSON.parse(reply.body))
+      stream = poll(mock(mw), {"/chat" => 0}, client: "c2")
+      assert_equal [[nil, nil, "é"], []], segments(stream.body).map { |s| ids(s) }
+      sse = mock(mw).get("/message-bus/c3/sse?%2Fchat=0")
+      assert_equal [nil, nil, "é"], sse_events(sse.body.force_encoding("UTF-8")).map { |e| JSON.parse(e["data"])["data"] }
+    end
+    packed = MessagePack.unpack(poll(mock(mw), {"/chat" => 0}, query: "dlp=t", HTTP_ACCEPT: MSGPACK).body)
+    assert_equal "\xFF\x00ok".b, packed.first["data"]["bin"]
+    assert_equal Encoding::BINARY, packed.first["data"]["bin"].encoding
+  ensure
+    bus&.close
+  end
+
+  # Published while the client is parked: the event loop builds the JSON bytes, and the client gets them.
+  def test_binary_from_a_msgpack_bus_reaches_a_parked_json_client
+    bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: :msgpack)
+    mw = Herald::Rack::Middleware.new(APP, bus: bus, long_polling_interval: 2)
+    @middlewares << mw
+    waiting = in_thread { poll(mock(mw), {"/chat" => nil}, HTTP_DONT_CHUNK: "t") }
+    parked(mw)
+    capture_io do
+      bus.publish("/chat", "\xFFbytes".b)
+      assert_equal [nil], ids(JSON.parse(waiting.value.body))
+    end
+  ensure
+    bus&.close
+  end
+
   def test_msgpack_reply_has_the_same_shape
     @bus.publish("/chat", {"x" => [1, 2]})
     response = poll(mock, {"/chat" => 0, "/other" => -1}, query: "dlp=t", HTTP_ACCEPT: MSGPACK)

@@ -67,7 +67,59 @@ class DemoAppTest < Minitest::Test
     assert_equal 0, @bus.last_id("/chat")
   end
 
+  # What users type, sent as the page sends it (percent-escaped) and as `curl -d` sends it (raw bytes).
+  def test_non_ascii_text_is_published_from_escaped_and_raw_forms_and_json
+    text = "héllo 🎉 日本語 👨‍👩‍👧"
+    assert_equal 201, post_form("name" => "zoë", "text" => text).status
+    assert_equal 201, request.post("/chat", "CONTENT_TYPE" => FORM, :input => "name=zoë&text=#{text}".b).status
+    assert_equal 201, request.post("/chat", "CONTENT_TYPE" => "application/json", :input => JSON.generate("name" => "zoë", "text" => text)).status
+    assert_equal [[text, "zoë"]] * 3, @bus.backlog("/chat", 0).map { |m| m.data.values_at("text", "name") }
+  end
+
+  # The page's own form through the default store (the log): the bytes come back as sent.
+  def test_non_ascii_text_through_the_log_store
+    Dir.mktmpdir do |dir|
+      bus = Herald::Bus.new(store: Herald::Store::Log.new(dir: dir))
+      app = Rack::MockRequest.new(Rack::Lint.new(Herald::Server::DemoApp.new(bus: bus)))
+      response = app.post("/chat", "CONTENT_TYPE" => FORM, :input => URI.encode_www_form("text" => "héllo 🎉"))
+      assert_equal 201, response.status, response.body
+      assert_equal "héllo 🎉", bus.backlog("/chat", 0).last.data["text"]
+    ensure
+      bus&.close
+    end
+  end
+
+  # The whole allowed length of 4-byte characters, percent-escaped (12 bytes each): all of it is published.
+  def test_longest_text_of_emoji_is_published_whole
+    assert_equal 201, post_form("text" => "🎉" * 2000).status
+    assert_equal "🎉" * 2000, @bus.backlog("/chat", 0).last.data["text"]
+    assert_equal 413, post_form("text" => "🎉" * 2001).status
+    assert_equal 413, request.post("/chat", "CONTENT_TYPE" => FORM, :input => "text=#{"x" * 70_000}").status
+  end
+
+  # Only strings are published: never the #inspect of a Hash or an Array, nor "true" for true.
+  def test_non_string_fields_are_refused
+    [{"text" => {"a" => 1}}, {"text" => ["hi"]}, {"text" => 42}, {"text" => true}, {"text" => "hi", "name" => {"x" => 1}},
+      {"text" => "hi", "name" => 7}].each do |fields|
+      response = request.post("/chat", "CONTENT_TYPE" => "application/json", :input => JSON.generate(fields))
+      assert_equal 400, response.status, fields.inspect
+    end
+    assert_equal 0, @bus.last_id("/chat")
+    assert_equal 201, request.post("/chat", "CONTENT_TYPE" => "application/json", :input => '{"text":"hi","name":null}').status
+    assert_equal "anonymous", @bus.backlog("/chat", 0).last.data["name"]
+  end
+
+  def test_bytes_that_are_not_utf8_are_refused
+    assert_equal 400, request.post("/chat", "CONTENT_TYPE" => FORM, :input => "text=%FF%FE").status
+    assert_equal 400, request.post("/chat", "CONTENT_TYPE" => FORM, :input => "text=\xFF".b).status
+    assert_equal 400, request.post("/chat", "CONTENT_TYPE" => FORM, :input => "text=%zz").status
+    assert_equal 400, request.post("/chat", "CONTENT_TYPE" => "application/json", :input => "{\"text\":\"\xFF\"}".b).status
+    assert_equal 0, @bus.last_id("/chat")
+  end
+
   private
+
+  FORM = "application/x-www-form-urlencoded"
 
   def request = Rack::MockRequest.new(Rack::Lint.new(Herald::Server::DemoApp.new(bus: @bus)))
 

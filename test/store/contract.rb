@@ -198,4 +198,17 @@ module StoreContract
     sleep 0.05
     assert_equal (51..500).to_a, ids + Array.new(seen.size) { seen.pop }
   end
+
+  # The clock going backwards (NTP step, VM restore): a message is retained by its own age, whatever its
+  # neighbours' timestamps; an older-looking message behind a fresh one is not served as live.
+  def test_age_retention_is_per_message_when_the_clock_went_backwards
+    s = store(max_backlog_age: 100)
+    now = Time.now.to_f
+    fresh = append("/c", "fresh", store: s, created_at: now - 10)
+    append("/c", "stale, stamped after a clock step back", store: s, created_at: now - 1000)
+    later = append("/c", "fresh again", store: s, created_at: now - 5)
+    assert_equal [fresh.message_id, later.message_id], s.backlog("/c", 0).map(&:message_id)
+    assert_equal [fresh.global_id, later.global_id], s.global_backlog(0).map(&:global_id)
+    assert_equal 3, s.last_id("/c"), "ids are not affected by the clock"
+  end
 end

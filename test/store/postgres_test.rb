@@ -48,7 +48,7 @@ class PostgresStoreTest < Minitest::Test
         5.times do |i|
           tail = Herald::Store::Packed.tail("/slow", json_codec.encode([t, i]), json_codec, Time.now.to_f, 60, nil, nil, nil, nil)
           conn.transaction do
-            conn.exec_params("SELECT * FROM #{@store.table}_append('/slow', $1, 1000, $2, false)", [{value: tail, format: 1}, Time.now.to_f + 60])
+            conn.exec_params("SELECT * FROM #{@store.table}_append('/slow', $1, 1000, $2)", [{value: tail, format: 1}, Time.now.to_f + 60])
             conn.exec("SELECT pg_sleep(random() * 0.02)")
           end
         end

@@ -44,6 +44,43 @@ module Herald
         end
       end
 
+      # A redis-server of the test's own (a fault that must not disturb the shared one: a reload, a stalled
+      # or killed server, persistence settings). Stopped at exit; `restart_redis_server!` keeps its port/dir.
+      def redis_server(*extra)
+        raise Unavailable, "redis-server not found: #{INSTALL}" unless system("command -v redis-server >/dev/null 2>&1")
+        port = free_port
+        dir = Dir.mktmpdir("herald-redis-own")
+        server = {url: "redis://127.0.0.1:#{port}/0", port: port, dir: dir, extra: extra, pid: spawn_redis(port, dir, *extra)}
+        wait_for_port(port)
+        at_exit { stop(server[:pid]) && FileUtils.rm_rf(dir) }
+        server
+      end
+
+      # SIGKILLs the server and starts it again on the same port and directory: with `appendonly yes` it
+      # replays its AOF, without persistence it comes back empty.
+      def restart_redis_server!(server, signal: :KILL)
+        stop(server[:pid], signal)
+        server[:pid] = spawn_redis(server[:port], server[:dir], *server[:extra])
+        wait_for_port(server[:port])
+      end
+
+      # A PostgreSQL of the test's own, committing synchronously (an acknowledged publish survives a crash of
+      # the server), for faults that must not disturb the shared one. Stopped at exit.
+      def postgres_server
+        server = start_postgres
+        raise Unavailable, server[:error] if server[:error]
+        stop(server[:pid], :INT)
+        server[:pid] = spawn_postgres(server[:port], server[:dir])
+        at_exit { stop(server[:pid], :INT) }
+        server
+      end
+
+      # `pg_ctl stop -m immediate` (SIGQUIT to the postmaster: no checkpoint), then a start that recovers.
+      def crash_postgres_server!(server)
+        stop(server[:pid], :QUIT)
+        server[:pid] = spawn_postgres(server[:port], server[:dir])
+      end
+
       # For a test's setup: the server's URL, or skip (loudly, naming the packages) / fail in CI.
       def require!(test, kind)
         (kind == :redis) ? redis_url : postgres_url
@@ -92,13 +129,19 @@ module Herald
         FileUtils.chown("postgres", "postgres", dir) if Process.uid.zero?
         as_pg(File.join(PG_BIN, "initdb"), "-D", "#{dir}/data", "-A", "trust", "-U", "herald", "--no-sync",
           "-E", "UTF8", "--locale", "C", out: File::NULL, err: File::NULL) or raise Unavailable, "initdb failed in #{dir}"
-        pid = Process.spawn(*pg_prefix, File.join(PG_BIN, "postgres"), "-D", "#{dir}/data", "-p", port.to_s,
-          "-h", "127.0.0.1", "-k", dir, "-c", "fsync=off", "-c", "synchronous_commit=off",
-          "-c", "full_page_writes=off", "-c", "max_connections=200", out: File::NULL, err: "#{dir}/log")
-        wait_for_port(port)
-        wait_until_accepting(port)
+        pid = spawn_postgres(port, dir, "synchronous_commit=off")
         at_exit { stop(pid, :INT) && FileUtils.rm_rf(dir) }
         {url: "postgres://herald@127.0.0.1:#{port}/postgres", port: port, dir: dir, pid: pid}
+      end
+
+      # fsync=off still keeps what was written across a crash of the server process (not of the machine).
+      def spawn_postgres(port, dir, *settings)
+        pid = Process.spawn(*pg_prefix, File.join(PG_BIN, "postgres"), "-D", "#{dir}/data", "-p", port.to_s,
+          "-h", "127.0.0.1", "-k", dir, "-c", "fsync=off", "-c", "full_page_writes=off", "-c", "max_connections=200",
+          *settings.flat_map { |setting| ["-c", setting] }, out: File::NULL, err: "#{dir}/log")
+        wait_for_port(port)
+        wait_until_accepting(port)
+        pid
       end
 
       # PostgreSQL refuses to run as root: run it as the postgres user. setpriv execs (no parent process in between), so signals reach postgres itself.

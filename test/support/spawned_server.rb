@@ -12,6 +12,9 @@ module Herald
     ROOT = File.expand_path("../..", __dir__)
     attr_reader :port, :dir, :pid
 
+    # What the server printed (standard output and error), its last 64 KiB.
+    def output = @output.dup
+
     def self.herald_command(dir) = [RbConfig.ruby, File.join(ROOT, "exe/herald"), "server", "--port", "0", "--dir", dir]
 
     def self.impl = ENV.fetch("HERALD_TEST_IMPL", "herald")
@@ -71,8 +74,13 @@ module Herald
         raise "server exited: #{@output}" if chunk.nil?
         @output << chunk if chunk.is_a?(String)
       end
-      # Keep draining its output so a chatty server never blocks on a full pipe.
-      Thread.new { @reader.each_line { |_| } }
+      # Keep draining its output so a chatty server never blocks on a full pipe; the last 64 KiB are kept.
+      Thread.new do
+        @reader.each_line do |line|
+          @output << line
+          @output = @output.byteslice(-65_536, 65_536) if @output.bytesize > 65_536
+        end
+      end
       Integer(port)
     end
   end

@@ -5,6 +5,7 @@ module Herald
     # herald check DIR: verifies every record of a log; exit status 1 when any record is corrupt.
     class Check < Command
       def run
+        no_more_than!(1)
         report = Store::Log::Checker.new(arg!(0, "DIR")).run
         report.corrupt.each { |path, offset| @out.puts "corrupt record: #{path} at byte offset #{offset}" }
         report.torn.each do |path, offset, bytes|
@@ -14,6 +15,6 @@ module Herald
         report.ok? ? 0 : 1
       end
     end
-    register "check", Check, "check DIR                          verify every record of a log; exit 1 if any is corrupt"
+    register "check", Check, "check DIR", "verify every record of a log; exit 1 if any is corrupt"
   end
 end

@@ -13,7 +13,7 @@ module Herald
         OptionParser.new do |o|
           o.on("--url URL", "postgres:// URL (default $HERALD_STORE if postgres://, else $DATABASE_URL)") { |v| @url = v }
           o.on("--table PREFIX", "table name prefix (default herald)") { |v| @table = v }
-        end.parse(argv)
+        end.parse(argv).then { |rest| raise UsageError, "unexpected argument #{rest.first.inspect}" if rest.any? }
       end
 
       def run
@@ -22,12 +22,15 @@ module Herald
         store.migrate!
         @out.puts "herald migrate: #{@table}_* tables and #{@table}_append() are ready (schema version #{Store::Postgres::Schema::VERSION})"
         0
-      rescue PG::Error => e
+      rescue => e
+        # PG is loaded with the store (autoload): naming PG::Error in a rescue clause would raise NameError
+        # whenever the store was never built (no URL, no pg gem).
+        raise unless defined?(::PG::Error) && e.is_a?(::PG::Error)
         raise ConnectionError, "PostgreSQL refused the migration: #{e.message.strip}"
       ensure
         store&.close
       end
     end
-    register "migrate", Migrate, "migrate [--url URL] [--table PREFIX]  create the PostgreSQL store's tables"
+    register "migrate", Migrate, "migrate [--url URL] [--table PREFIX]", "create the PostgreSQL store's tables"
   end
 end

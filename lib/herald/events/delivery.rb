@@ -4,7 +4,8 @@ module Herald
   module Events
     # Calls one deferred subscriber's handler for one message: retries with exponential backoff, then
     # the dead-letter channel. Runs on the subscriber's worker thread, so a backoff holds back that
-    # subscriber's later events (order per subscriber is kept) and no other subscriber's.
+    # subscriber's later events (order per subscriber is kept) and no other subscriber's. Every failure
+    # is logged through Herald.logger: a warning for each attempt retried, an error when it gives up.
     class Delivery
       PROCESS = "process.herald"
       RETRY = "retry.herald"
@@ -19,6 +20,20 @@ module Herald
         @stopper = stopper
       end
 
+      # Exceptions carry any bytes (binary, Latin-1, invalid UTF-8); people read them: valid UTF-8 text.
+      def self.readable(text)
+        text = text.to_s
+        text = text.dup.force_encoding(Encoding::UTF_8) if text.encoding == Encoding::BINARY
+        text = text.encode(Encoding::UTF_8, invalid: :replace, undef: :replace) unless text.encoding == Encoding::UTF_8
+        text.scrub
+      end
+
+      # "ArgumentError: message (app/subscribers/x.rb:12:in 'call')" for a log line.
+      def self.describe(error)
+        origin = error.backtrace&.first
+        "#{error.class}: #{readable(error.message)}#{" (#{readable(origin)})" if origin}"
+      end
+
       # True when the message is done with (handled, or buried as a dead letter); false when a shutdown
       # interrupted a backoff: the message stays unprocessed and is delivered again after the restart.
       def deliver(msg)
@@ -29,6 +44,8 @@ module Herald
         rescue => e
           return bury(msg, e, attempt) unless @policy.retry?(e, attempt)
           wait = @policy.delay(attempt)
+          Herald.logger.warn "deferred subscriber #{@name} failed on #{where(msg)} (attempt #{attempt} of " \
+            "#{@policy.attempts}), retrying in #{wait.round(3)} s: #{Delivery.describe(e)}"
           if Instrumentation.listening?(RETRY)
             Instrumentation.instrument(RETRY, {subscriber: @name, message: msg, error: e, attempt: attempt, wait: wait})
           end
@@ -46,8 +63,13 @@ module Herald
         Instrumentation.instrument(PROCESS, payload) { @handler.call(event, msg) }
       end
 
+      def where(msg) = "#{msg.channel} ##{msg.global_id}"
+
       def bury(msg, error, attempts)
-        @dead_letters.bury(@name, msg, error, attempts)
+        letter = @dead_letters.bury(@name, msg, error, attempts)
+        Herald.logger.error "deferred subscriber #{@name} gave up on #{where(msg)} after #{attempts} " \
+          "#{(attempts == 1) ? "attempt" : "attempts"}: #{Delivery.describe(error)}; dead letter " \
+          "#{DeadLetters.channel(@name)} ##{letter.message_id} (`herald dead #{@name}`, `herald replay #{@name}`)"
         if Instrumentation.listening?(DEAD)
           Instrumentation.instrument(DEAD, {subscriber: @name, message: msg, error: error, attempts: attempts})
         end

@@ -71,7 +71,7 @@ module Herald
           next unless c.name.nil? || c.name == name
           c.block.call(name, payload, duration)
         rescue => e
-          Herald.logger.warn "instrumentation callback for #{name} failed: #{e.class}: #{e.message}"
+          Herald.logger.warn "instrumentation callback for #{name} failed: #{Events::Delivery.describe(e)}"
         end
       end
     end

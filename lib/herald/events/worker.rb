@@ -10,9 +10,14 @@ module Herald
     # get it, resume after the saved cursor. That is what makes "once per subscriber across processes".
     #
     # Throughput: it reads BATCH messages per store call, compares channel strings before decoding
-    # anything (the verdict is cached per channel), decodes only matching messages, and saves the cursor
-    # at most every SAVE_EVERY seconds while busy (at-least-once allows replaying that much after a
-    # crash), and exactly when idle or stopping.
+    # anything (the verdict is cached per channel) and decodes only matching messages. It saves the
+    # cursor about every SAVE_EVERY seconds while busy: the clock is read after every handled event (a
+    # slow handler is followed by a save once SAVE_EVERY has passed, so a kill -9 repeats about one
+    # event) and every CHECK_EVERY skipped ones; and exactly when idle or stopping.
+    #
+    # A damaged cursor (CorruptCursorError) stops the subscriber: `error` holds why, it lets go of its
+    # lease and never reads again in this process. Starting over from cursor 0 would run every retained
+    # event again.
     class Worker
       BATCH = 1000
       SAVE_EVERY = 0.05
@@ -20,7 +25,7 @@ module Herald
       LEASE_RETRY = 0.5
       MATCH_CACHE_LIMIT = 10_000
 
-      attr_reader :subscriber, :name, :cursor
+      attr_reader :subscriber, :name, :cursor, :error
 
       def initialize(subscriber, store:, stopper:)
         @subscriber = subscriber
@@ -36,6 +41,7 @@ module Herald
         @cursor = 0
         @saved = 0
         @saved_at = 0.0
+        @error = nil
       end
 
       # Processes one batch. Returns how many messages it read (0: nothing to do, the pool may wait).
@@ -64,24 +70,42 @@ module Herald
 
       def owner? = !@lease.nil? || acquire
 
+      # Stops this subscriber for good in this process (its cursor cannot be trusted): nothing is saved.
+      def stop!(error)
+        @error = error
+        release
+      end
+
       private
 
-      # Slow handlers make a batch long: the clock is looked at every CHECK_EVERY events too.
+      # Slow handlers make a batch long: the cursor is saved within it, by time.
       def process(batch)
-        batch.each_with_index do |msg, i|
+        skipped = 0
+        batch.each do |msg|
           break if @stopper.stopped?
-          break if match?(msg) && !@delivery.deliver(msg) # a shutdown cut its retries short: not done
-          @cursor = msg.global_id
-          save_cursor if i % CHECK_EVERY == 0 && monotonic - @saved_at >= SAVE_EVERY
+          if match?(msg)
+            break unless @delivery.deliver(msg) # a shutdown cut its retries short: not done
+            @cursor = msg.global_id
+          else
+            @cursor = msg.global_id
+            next unless (skipped += 1) % CHECK_EVERY == 0
+          end
+          save_cursor if monotonic - @saved_at >= SAVE_EVERY
         end
       end
 
       def acquire
         now = monotonic
-        return false if now < @next_lease_try
+        return false if @error || now < @next_lease_try
         @next_lease_try = now + LEASE_RETRY
-        @lease = @store.lease(@name) or return false
-        @cursor = @saved = @store.load_cursor(@name)
+        lease = @store.lease(@name) or return false
+        begin
+          @cursor = @saved = @store.load_cursor(@name)
+        rescue Exception # standard:disable Lint/RescueException
+          lease.release # never keep the lease with a cursor that was not read
+          raise
+        end
+        @lease = lease
         true
       end
 

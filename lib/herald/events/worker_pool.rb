@@ -43,10 +43,21 @@ module Herald
 
       attr_reader :workers
 
+      # Errors that stop one subscriber for good (the others keep running): its cursor cannot be trusted.
+      FATAL = [CorruptCursorError].freeze
+
+      # The default on_error: a line through Herald.logger.
+      LOG_ERROR = lambda do |e, name|
+        what = (FATAL.any? { |f| e.is_a?(f) }) ? "stopped" : "failed"
+        Herald.logger.error "deferred subscriber #{name} #{what}: #{Delivery.describe(e)}"
+      end
+
+      # on_error(error, names) is called with what a worker thread raised (it then waits IDLE_WAIT and goes
+      # on) and with what stopped a subscriber (FATAL).
       def initialize(store:, subscribers:, threads:, on_error: nil)
         @store = store
         @stopper = Stopper.new
-        @on_error = on_error || ->(e, name) { Herald.logger.warn "deferred subscriber #{name} failed: #{e.class}: #{e.message}" }
+        @on_error = on_error || LOG_ERROR
         @workers = subscribers.map { |s| Worker.new(s, store: store, stopper: @stopper) }
         groups = Array.new([threads, @workers.size].min) { [] }
         @workers.each_with_index { |w, i| groups[i % groups.size] << w }
@@ -78,7 +89,7 @@ module Herald
         until @stopper.stopped?
           seen = @store.last_global_id
           read = 0
-          workers.each { |w| read += w.step }
+          workers.each { |w| read += step(w) }
           if read.zero?
             @store.wait(seen, timeout: IDLE_WAIT) unless @stopper.stopped?
           elsif read < SMALL_BATCH
@@ -91,6 +102,14 @@ module Herald
         @on_error.call(e, workers.map(&:name).join(", "))
         @stopper.sleep(IDLE_WAIT)
         retry unless @stopper.stopped?
+      end
+
+      def step(worker)
+        worker.step
+      rescue *FATAL => e
+        worker.stop!(e)
+        @on_error.call(e, worker.name)
+        0
       end
 
       def finish(worker)

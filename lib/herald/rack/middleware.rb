@@ -9,6 +9,7 @@ module Herald
     #   GET          {base}message-bus/{client_id}/sse?/chat=5&/news=
     #                Server-Sent Events (text/event-stream); each event's `id:` is the global id, and a
     #                reconnecting EventSource's Last-Event-ID resumes after it on every listed channel.
+    #   GET          {base}message-bus/herald.js   Herald's browser client (js/; see ClientScript)
     #
     # `Accept: application/vnd.msgpack` gets MessagePack instead of JSON: a reply is one array of maps with the
     # same keys; a stream is a sequence of such arrays (feed it to a streaming unpacker).
@@ -36,7 +37,11 @@ module Herald
         # is_admin_lookup is accepted for message_bus compatibility (it gates message_bus's diagnostics page,
         # which Herald does not have) and unused.
         user_id_lookup: nil, group_ids_lookup: nil, site_id_lookup: nil, is_admin_lookup: nil,
-        extra_response_headers_lookup: nil, client_message_filters: [], on_error: nil
+        extra_response_headers_lookup: nil, client_message_filters: [], on_error: nil,
+        # ->(env, error) { [status, headers, body] or nil }, as message_bus's on_middleware_error: maps an
+        # exception raised while answering (a lookup that fails, a broken pipe) to a response. Without it,
+        # or when it returns nil, the error is logged and raised on to the app server.
+        on_middleware_error: nil
       }.freeze
 
       attr_reader :bus, :options
@@ -61,10 +66,13 @@ module Herald
         return @app.call(env) unless path.start_with?(@prefix)
         client_id, action = path.byteslice(@prefix.bytesize, path.bytesize).split("/", 3)
         return [404, {}, ["not found"]] if client_id.nil? || client_id.empty?
+        return ClientScript.call(env) if ClientScript.request?(env, client_id, action)
         skip_session(env)
         Responder.new(self, env, client_id, action).call
       rescue RequestError => e
         [e.status, {"content-type" => "text/plain; charset=utf-8", "content-length" => (e.message.bytesize + 1).to_s}, ["#{e.message}\n"]]
+      rescue => e
+        middleware_error(env, e)
       end
 
       # The event loop of this process; a forked worker builds its own.
@@ -90,9 +98,20 @@ module Herald
 
       private
 
-      def normalize_base(base)
-        base = "/#{base}" unless base.start_with?("/")
-        base.end_with?("/") ? base : "#{base}/"
+      # As message_bus's base_route=: a leading and a trailing slash, repeated slashes squeezed
+      # ("//my///base/route" serves /my/base/route/message-bus/).
+      def normalize_base(base) = base.to_s.gsub(%r{\A(?!/)|(?<!/)\z|//+}, "/")
+
+      def middleware_error(env, error)
+        hook = @options[:on_middleware_error]
+        response = hook&.call(env, error)
+        return response if response
+        raise error
+      rescue => raised
+        # Unhandled (no hook, the hook returned nil, or it raised): the app server may log nothing (herald
+        # server runs Puma without a log), so say it here before it goes on.
+        Herald.logger.error "http transport: #{env["REQUEST_METHOD"]} #{env["PATH_INFO"]} failed: #{raised.class}: #{raised.message} (#{raised.backtrace&.first})"
+        raise
       end
 
       # Polls never rewrite the session cookie (message_bus issue #257). A session middleware in front of us

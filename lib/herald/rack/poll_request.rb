@@ -49,10 +49,26 @@ module Herald
       def self.read_body(env, max)
         length = env["CONTENT_LENGTH"]
         raise RequestError.new("request body too large (max #{max} bytes)", status: 413) if length && length.to_i > max
-        input = env["rack.input"] or return ""
-        body = input.read(max + 1) || +""
+        body = form_read_by_rack(env) || read_input(env["rack.input"], max) or return ""
         raise RequestError.new("request body too large (max #{max} bytes)", status: 413) if body.bytesize > max
         body.force_encoding(Encoding::UTF_8)
+      end
+
+      # Rack::MethodOverride, first in every Rails app, parses a form body with Rack::Request#POST before we
+      # run. On Rack 3 that reads rack.input to the end and leaves it there (it need not rewind); the raw
+      # form it read is kept in the env, so take it from there (Rack 2 and 3.0 also say which input it was).
+      def self.form_read_by_rack(env)
+        vars = env["rack.request.form_vars"] or return nil
+        input = env["rack.request.form_input"]
+        return nil if input && !input.equal?(env["rack.input"])
+        vars.b
+      end
+
+      # From the start: a middleware that read the body without caching it may have left it at the end.
+      def self.read_input(input, max)
+        return nil unless input
+        input.rewind if input.respond_to?(:rewind)
+        input.read(max + 1) || +""
       end
 
       def self.parse_json(body)
@@ -67,7 +83,8 @@ module Herald
       # application/x-www-form-urlencoded, strictly: a bad %-escape or bytes that are not UTF-8 are refused
       # (URI.decode_www_form would silently replace them).
       def self.decode_form(body)
-        raise RequestError, "malformed form body" if body.match?(/%(?![0-9A-Fa-f]{2})/)
+        body = body.b # split as bytes: a raw byte that is not UTF-8 is refused by #unescape, not raised on here
+        raise RequestError, "malformed form body" if body.match?(/%(?![0-9A-Fa-f]{2})/n)
         body.split("&").each_with_object({}) do |pair, pairs|
           next if pair.empty?
           key, value = pair.split("=", 2)
@@ -104,8 +121,9 @@ module Herald
       end
 
       def self.channel!(key)
-        unless key.is_a?(String) && key.start_with?("/") && key.bytesize <= MAX_CHANNEL_BYTES && key.valid_encoding?
-          raise RequestError, "channel names are UTF-8 strings starting with / (max #{MAX_CHANNEL_BYTES} bytes)"
+        # As message_bus: any name, with or without a leading / (`abc=-1` is a poll on channel "abc").
+        unless key.is_a?(String) && !key.empty? && key.bytesize <= MAX_CHANNEL_BYTES && key.valid_encoding?
+          raise RequestError, "channel names are non-empty UTF-8 strings (max #{MAX_CHANNEL_BYTES} bytes)"
         end
         raise RequestError, "channel names must not contain #{Store::SITE_SEPARATOR}" if key.include?(Store::SITE_SEPARATOR)
         key

@@ -163,7 +163,8 @@ module Herald
         http11 && !@env["HTTP_DONT_CHUNK"] && @options[:chunked_encoding_enabled]
       end
 
-      def msgpack? = @env["HTTP_ACCEPT"].to_s.include?(Middleware::MSGPACK_TYPE)
+      # SSE is text (text/event-stream, JSON in its data lines) whatever the Accept header asks for.
+      def msgpack? = @action != "sse" && @env["HTTP_ACCEPT"].to_s.include?(Middleware::MSGPACK_TYPE)
 
       def headers(type)
         h = {"cache-control" => "must-revalidate, private, max-age=0", "content-type" => type,

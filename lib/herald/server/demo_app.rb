@@ -13,6 +13,7 @@ module Herald
       PUBLIC = File.expand_path("public", __dir__)
       CHANNEL = "/chat"
       MAX_TEXT = 2000
+      MAX_BODY = 64 * 1024 # room for MAX_TEXT emoji percent-escaped (12 bytes each) and a name
       # message_bus's client ships in the npm package message-bus-client (`npm ci` installs it).
       NODE_MODULES = ENV.fetch("HERALD_NODE_MODULES", File.expand_path("../../../node_modules", __dir__))
       ASSETS = {
@@ -49,9 +50,12 @@ module Herald
         [200, {"content-type" => type, "cache-control" => "no-cache"}, [File.binread(file)]]
       end
 
-      # Form (the page) or JSON body: {"name": ..., "text": ...}. Replies 201 with the message id.
+      # Form (the page) or JSON body: {"name": ..., "text": ...}, both strings (name optional). Replies 201
+      # with the message id; 4xx with a short reason for what the client sent. A failing publish is not the
+      # client's fault: it raises, so the server answers 500 and logs it.
       def publish(env)
-        fields = parse(env)
+        fields = parse(env) or return text(400, "send a form (name, text) or a JSON object of strings, in UTF-8")
+        return text(413, "send at most #{MAX_BODY} bytes") if fields == :too_large
         text = fields["text"].to_s.strip
         return text(422, "text is required") if text.empty?
         return text(413, "text is longer than #{MAX_TEXT} characters") if text.length > MAX_TEXT
@@ -59,19 +63,28 @@ module Herald
         data = {"text" => text, "name" => name.empty? ? "anonymous" : name, "at" => Time.now.utc.iso8601(3)}
         id = @bus.publish(CHANNEL, data)
         [201, {"content-type" => "application/json"}, [JSON.generate("message_id" => id)]]
-      rescue JSON::ParserError, ArgumentError, EncodingError
-        text(400, "send a form (name, text) or a JSON object")
       end
 
+      # The fields as UTF-8 strings; nil when they are not a form or JSON object of strings (JSON null is
+      # an absent field). Never the #inspect or #to_s of something else.
       def parse(env)
-        body = env["rack.input"].read(MAX_TEXT * 4).to_s
-        fields = if env["CONTENT_TYPE"].to_s.include?("json")
-          JSON.parse(body)
-        else
-          URI.decode_www_form(body).to_h
+        body = env["rack.input"].read(MAX_BODY + 1).to_s.b
+        return :too_large if body.bytesize > MAX_BODY
+        fields = env["CONTENT_TYPE"].to_s.include?("json") ? JSON.parse(body.force_encoding(Encoding::UTF_8)) : form(body)
+        return nil unless fields.is_a?(Hash)
+        fields = fields.slice("name", "text").compact
+        fields if fields.each_value.all? { |v| v.is_a?(String) && v.valid_encoding? }
+      rescue JSON::ParserError, ArgumentError
+        nil
+      end
+
+      # application/x-www-form-urlencoded as any client sends it: percent-escaped (browsers) or raw UTF-8
+      # bytes (`curl -d 'text=héllo'`). URI.decode_www_form refuses the latter; a bad escape is an ArgumentError.
+      def form(body)
+        body.split("&").each_with_object({}) do |pair, fields|
+          key, value = pair.split("=", 2).map { |part| URI.decode_www_form_component(part.to_s) }
+          fields[key] = value.to_s unless key.nil?
         end
-        raise ArgumentError unless fields.is_a?(Hash)
-        fields.transform_values { |v| v.to_s.encode("UTF-8") }.each_value { |v| raise ArgumentError unless v.valid_encoding? }
       end
 
       def text(status, message) = [status, {"content-type" => "text/plain; charset=utf-8"}, [message + "\n"]]

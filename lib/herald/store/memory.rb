@@ -69,12 +69,9 @@ module Herald
           @global.reject! { |m| !retained?(m) } if @global.first && !retained?(@global.first)
           # @global is in id order: a binary search, not a scan (deferred subscribers read in batches).
           i = @global.bsearch_index { |m| m.global_id > last_id } or return []
-          # It still holds messages that left their channel (compacted in bulk): skip them, and count only
-          # what is returned against the limit.
           found = []
-          now = Process.clock_gettime(Process::CLOCK_REALTIME)
           while (m = @global[i]) && (limit.nil? || found.size < limit)
-            found << m if retained?(m, now)
+            found << m if retained?(m) # each by its own age: timestamps need not be in order
             i += 1
           end
           found
@@ -97,6 +94,7 @@ module Herald
       def load_cursor(name) = @lock.synchronize { @cursors.fetch(name, 0) }
 
       def save_cursor(name, global_id)
+        Store.validate_cursor!(global_id)
         @lock.synchronize { @cursors[name] = global_id }
       end
 
@@ -130,9 +128,9 @@ module Herald
         @global.select! { |m| retained?(m) } if @global.size > 2 * @retained + 64
       end
 
-      def retained?(msg, now = Process.clock_gettime(Process::CLOCK_REALTIME))
+      def retained?(msg)
         ch = @channels[Store.channel_key(msg.channel, msg.site_id)]
-        ch.messages.first.message_id <= msg.message_id && msg.created_at > now - ch.max_age
+        ch.messages.first.message_id <= msg.message_id && msg.created_at > Process.clock_gettime(Process::CLOCK_REALTIME) - ch.max_age
       end
 
       def live(messages, max_age)

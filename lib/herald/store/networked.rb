@@ -4,8 +4,9 @@ module Herald
   module Store
     # What the two server stores (Redis, Postgres) share: a Pool of connections, a Notifier whose listener
     # wakes readers, and a BacklogCache. The including class sets @pool, @notifier, @cache and @closed, and
-    # defines READ_RETRY_ON (the errors that mean a lost connection), RETRIES (the backoff, in seconds) and
-    # `lost_connection(error)` (the message of the ConnectionError to raise).
+    # defines RETRIES (the backoff, in seconds), `retry_read?(error)` (a lost connection, a server still
+    # loading), `retry_write?(error)` (the server refused the command without running it) and
+    # `herald_error(error)` (the Herald::Error to raise instead: nothing else reaches user code).
     module Networked
       include BacklogCache::Reads
 
@@ -17,13 +18,19 @@ module Herald
       private
 
       # Reads are retried with backoff after a lost connection: a read has no effect to repeat, and readers
-      # keep their place. Writes are not (a publish may have been stored before the connection died).
-      def read(&block)
+      # keep their place. Writes only when the server refused the command unrun (a publish may have been
+      # stored before a connection died). A timeout is not retried: the server is stalled, and the caller
+      # was promised an answer within `timeout`.
+      def read(&block) = with_retries(:retry_read?, &block)
+
+      def write(&block) = with_retries(:retry_write?, &block)
+
+      def with_retries(retryable)
         attempt = 0
         begin
-          @pool.with(&block)
-        rescue *self.class::READ_RETRY_ON => e
-          raise ConnectionError, lost_connection(e) if attempt >= self.class::RETRIES.size || @closed
+          @pool.with { |conn| yield conn }
+        rescue => e
+          raise herald_error(e) if attempt >= self.class::RETRIES.size || @closed || !send(retryable, e)
           sleep self.class::RETRIES[attempt]
           attempt += 1
           retry

@@ -4,10 +4,12 @@ module Herald
   module Store
     # A small thread-safe connection pool for the networked stores. Connections are made on demand, up to
     # `size`; a thread waits for a free one. A connection whose operation failed with a lost connection
-    # is closed and forgotten instead of being returned. After a fork the child drops (never closes) the
-    # inherited connections: closing them would talk on the parent's sockets.
+    # is closed and forgotten instead of being returned, and so is an idle one that `alive` finds dead at
+    # checkout (the server restarted or ended the session while it sat in the pool): a publish must not be
+    # the call that finds out. After a fork the child drops (never closes) the inherited connections:
+    # closing them would talk on the parent's sockets.
     class Pool
-      def initialize(size:, timeout:, connect:, close:, abandon:, broken:)
+      def initialize(size:, timeout:, connect:, close:, abandon:, broken:, alive: ->(_) { true })
         raise ArgumentError, "pool size must be a positive Integer, got #{size.inspect}" unless size.is_a?(Integer) && size > 0
         @size = size
         @timeout = timeout
@@ -15,6 +17,7 @@ module Herald
         @close = close
         @abandon = abandon
         @broken = broken
+        @alive = alive
         @lock = Mutex.new
         @available = ConditionVariable.new
         @idle = []
@@ -62,6 +65,15 @@ module Herald
       private
 
       def checkout
+        loop do
+          conn = take or return connect_one
+          return conn if @alive.call(conn)
+          discard(conn)
+        end
+      end
+
+      # An idle connection, or nil when this thread may open a new one.
+      def take
         after_fork if ForkTracker.forked?(@pid)
         deadline = nil
         @lock.synchronize do
@@ -77,7 +89,7 @@ module Herald
             @available.wait(@lock, left)
           end
         end
-        connect_one
+        nil
       end
 
       def connect_one

@@ -14,20 +14,34 @@ module Herald
     # come back in binary as raw records (Store::Packed). Wakeups use LISTEN/NOTIFY on a dedicated
     # connection. Leases are session advisory locks: a process that dies frees them with its connection.
     # Reads are retried with backoff after a lost connection (readers keep their place: no loss, no
-    # duplicate); a publish is not retried, since it may have committed: the caller decides.
+    # duplicate); a publish is not retried, since it may have committed: the caller decides. Pooled
+    # connections the server ended while they sat idle are dropped at checkout, so a restart costs no call.
+    #
+    # `timeout:` (seconds, default 5) bounds every statement: the server cancels it (statement_timeout: a
+    # lock held elsewhere) and the client stops waiting a moment later (a stalled server, a dead host),
+    # raising Herald::TimeoutError. libpq's notices (a FATAL when a session is ended) go to Herald.logger.
     class Postgres
       include Networked
 
       DEFAULT_URL = "postgres://localhost/herald"
       DEFAULT_POOL = 5
+      DEFAULT_TIMEOUT = 5
+      MIGRATE_TIMEOUT = 60 # seconds
+      CLIENT_MARGIN = 0.5 # seconds past statement_timeout before the client gives up on a silent server
       RETRIES = [0.05, 0.2, 0.5, 1.0].freeze
       LOST = [PG::ConnectionBad, PG::UnableToSend, PG::AdminShutdown].freeze
-      READ_RETRY_ON = [*LOST, ConnectionError].freeze
       STATEMENTS = {
-        "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4, $5)",
-        "backlog" => "SELECT record FROM %<t>s_messages WHERE key = $1 AND message_id > $2 ORDER BY message_id",
+        "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4)",
+        # Newest first, at most the channel's size (trimming is batched, as in Redis), put back in order.
+        "backlog" => "SELECT record FROM %<t>s_messages WHERE key = $1 AND message_id > $2 ORDER BY message_id DESC LIMIT $3",
         # Expired rows are left out before the LIMIT: a page is never short while live messages follow.
         "global" => "SELECT record FROM %<t>s_messages WHERE global_id > $1 AND expires_at > $3 ORDER BY global_id LIMIT $2",
+        # Before a channel's size grows from $2: trim exactly to $2 (a batched trim leaves up to $2/16 more,
+        # which the larger size would bring back).
+        "grow" => "WITH c AS (SELECT last_id, trimmed FROM %<t>s_channels WHERE key = $1 FOR UPDATE), " \
+          "t AS (UPDATE %<t>s_channels AS ch SET trimmed = c.last_id - $2 FROM c WHERE ch.key = $1 AND c.last_id - $2 > c.trimmed " \
+          "RETURNING c.trimmed AS low, ch.trimmed AS high) " \
+          "DELETE FROM %<t>s_messages WHERE key = $1 AND message_id > (SELECT low FROM t) AND message_id <= (SELECT high FROM t)",
         "last_id" => "SELECT last_id FROM %<t>s_channels WHERE key = $1",
         "last_ids" => "SELECT key, last_id FROM %<t>s_channels WHERE key = ANY($1::text[])",
         "meta" => "SELECT global_id, epoch FROM %<t>s_meta WHERE id = 1",
@@ -39,23 +53,26 @@ module Herald
 
       def initialize(url: ENV.fetch("DATABASE_URL", DEFAULT_URL), table: "herald", pool: DEFAULT_POOL,
         max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, migrate: true,
-        on_reset: nil, backlog_cache: true, connect_timeout: 2)
+        on_reset: nil, backlog_cache: true, connect_timeout: 2, timeout: DEFAULT_TIMEOUT)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ArgumentError, "table must be a lowercase SQL identifier, got #{table.inspect}" unless /\A[a-z_][a-z0-9_]{0,40}\z/.match?(table)
+        raise ArgumentError, "timeout must be a positive number of seconds, got #{timeout.inspect}" unless timeout.is_a?(Numeric) && timeout > 0
         @url = url
         @table = table
-        @connect_options = {application_name: "herald", connect_timeout: connect_timeout}
+        @timeout = timeout
+        @connect_options = {application_name: "herald", connect_timeout: connect_timeout,
+                            options: "-c statement_timeout=#{(timeout * 1000).ceil}"}
         @migrate = migrate
         @on_reset = on_reset || ->(old, new) { Herald.logger.warn "PostgreSQL store #{table} was reset (epoch #{old} -> #{new})" }
         @statements = STATEMENTS.transform_values { |sql| format(sql, t: table) }
         @retention = Retention.new(max_backlog_size, max_backlog_age)
         @lease_conns = []
-        @swept = {} # channel key => the max_backlog_size its range was last trimmed to
         @epoch = nil
         @closed = false
         @array_encoder = PG::TextEncoder::Array.new
         @pool = Pool.new(size: pool, timeout: 5, connect: -> { connect }, close: ->(c) { c.close },
-          abandon: ->(c) { abandon(c) }, broken: ->(e, c) { LOST.any? { |k| e.is_a?(k) } || c.status != PG::CONNECTION_OK })
+          abandon: ->(c) { abandon(c) }, alive: ->(c) { alive?(c) },
+          broken: ->(e, c) { e.is_a?(Herald::TimeoutError) || LOST.any? { |k| e.is_a?(k) } || c.status != PG::CONNECTION_OK })
         @cache = BacklogCache.new if backlog_cache
         @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {}, on_change: ->(key) { @cache&.invalidate(key) })
         @fork_hook = ForkTracker.after_fork { after_fork }
@@ -63,7 +80,8 @@ module Herald
 
       # Creates the tables and the append function (idempotent; concurrent callers wait on an advisory lock).
       def migrate!
-        conn = PG.connect(@url, **@connect_options)
+        # Not bound by `timeout:`: a migration may wait for another process's (DDL locks, the advisory lock).
+        conn = PG.connect(@url, **@connect_options, options: "-c statement_timeout=#{MIGRATE_TIMEOUT * 1000}")
         quiet(conn)
         conn.transaction do
           conn.exec("SELECT pg_advisory_xact_lock(hashtext('herald migrate #{@table}'))")
@@ -79,43 +97,46 @@ module Herald
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ClosedError, "store is closed" if @closed
         key = key_for(channel, site_id)
+        before = @retention.for(key).first
         size, age = @retention.for(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
-        sweep = !max_backlog_size.nil? && @swept[key] != max_backlog_size
-        @swept[key] = max_backlog_size if sweep
-        row = write { |c| c.exec_prepared("append", [key, {value: tail, format: 1}, size, created_at + age, sweep]).values.first }
+        row = write do |c|
+          run(c, "grow", [key, before]) if before < size
+          run(c, "append", [key, {value: tail, format: 1}, size, created_at + age]).values.first
+        end
         gid = row[0].to_i
         @notifier.notify(gid, key)
         Herald::Message.build(gid, row[1].to_i, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
       def last_id(channel, site_id: nil)
-        first_value(read { |c| c.exec_prepared("last_id", [key_for(channel, site_id)]) }).to_i
+        first_value(read { |c| run(c, "last_id", [key_for(channel, site_id)]) }).to_i
       end
 
       def last_ids(channels, site_id: nil)
         keys = channels.map { |ch| key_for(ch, site_id) }
-        found = read { |c| c.exec_prepared("last_ids", [@array_encoder.encode(keys)]).values }.to_h
+        found = read { |c| run(c, "last_ids", [@array_encoder.encode(keys)]).values }.to_h
         channels.zip(keys).to_h { |ch, key| [ch, found[key].to_i] }
       end
 
       def last_global_id
-        gid, epoch = read { |c| c.exec_prepared("meta").values.first }
+        gid, epoch = read { |c| run(c, "meta", []).values.first }
         saw(epoch)
         gid.to_i
       end
 
       def backlog(channel, last_id = 0, site_id: nil)
         key = key_for(channel, site_id)
+        size = @retention.for(key).first
         cached(key, last_id) do
-          Packed.decode_all(read { |c| c.exec_prepared("backlog", [key, last_id], 1).column_values(0) }, channel)
+          Packed.decode_all(read { |c| run(c, "backlog", [key, last_id, size], 1).column_values(0) }.reverse!, channel)
         end
       end
 
       def global_backlog(last_id = 0, limit: nil)
         now = Process.clock_gettime(Process::CLOCK_REALTIME)
-        Packed.decode_all(read { |c| c.exec_prepared("global", [last_id, limit, now], 1).column_values(0) })
+        Packed.decode_all(read { |c| run(c, "global", [last_id, limit, now], 1).column_values(0) })
       end
 
       def epoch
@@ -123,10 +144,14 @@ module Herald
         @epoch
       end
 
-      def load_cursor(name) = first_value(read { |c| c.exec_prepared("load_cursor", [name]) }).to_i
+      def load_cursor(name)
+        raw = first_value(read { |c| run(c, "load_cursor", [name]) })
+        Store.parse_cursor(raw, name: name, where: "the table #{@table}_cursors")
+      end
 
       def save_cursor(name, global_id)
-        write { |c| c.exec_prepared("save_cursor", [name, global_id]) }
+        Store.validate_cursor!(global_id)
+        write { |c| run(c, "save_cursor", [name, global_id]) }
       end
 
       # A session advisory lock on a connection of its own: held until released or the process dies.
@@ -176,10 +201,38 @@ module Herald
         KEY_MARK + key.gsub(/[\u{10FFFF}\0]/, KEY_ESCAPES)
       end
 
-      # Lost connections surface as errors; libpq's own stderr notices (NOTICE, FATAL) would only be noise.
+      # libpq prints what the server says outside a query (a FATAL when a session is ended) to standard
+      # error: send it to Herald.logger instead. Lost connections surface as errors anyway.
       def quiet(conn)
-        conn.set_notice_processor { |_| }
+        conn.set_notice_processor { |message| Herald.logger.info("PostgreSQL: #{message.strip}") }
         conn.exec("SET client_min_messages TO warning")
+      end
+
+      # One prepared statement, waiting at most `timeout` (+ a margin for the server's own cancel) for the
+      # whole exchange; a connection left mid-exchange is discarded by the pool (broken).
+      def run(conn, name, params, result_format = 0)
+        deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + @timeout + CLIENT_MARGIN
+        conn.send_query_prepared(name, params, result_format)
+        until conn.flush
+          conn.socket_io.wait_writable(time_left(deadline)) or timed_out!
+        end
+        conn.block(time_left(deadline)) or timed_out!
+        conn.get_last_result
+      end
+
+      def time_left(deadline) = [deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC), 0].max
+
+      def timed_out!
+        raise Herald::TimeoutError, "PostgreSQL at #{@url} did not answer within #{@timeout}s (the store's timeout:)"
+      end
+
+      # An idle pooled connection whose server ended the session has data (its FATAL) or EOF waiting.
+      def alive?(conn)
+        return false if conn.finished? || conn.status != PG::CONNECTION_OK
+        conn.check_socket
+        conn.status == PG::CONNECTION_OK
+      rescue PG::Error, IOError, SystemCallError
+        false
       end
 
       def first_value(result) = (result.ntuples > 0) ? result.getvalue(0, 0) : nil
@@ -191,6 +244,7 @@ module Herald
         quiet(conn)
         ensure_schema(conn)
         @statements.each { |name, sql| conn.prepare(name, sql) }
+        conn.setnonblocking(true) # `run` flushes and waits itself, with a deadline
         conn
       rescue PG::ConnectionBad => e
         raise ConnectionError, "PostgreSQL at #{@url} is unreachable: #{e.message.strip}"
@@ -198,7 +252,7 @@ module Herald
 
       def ensure_schema(conn)
         return if @schema_ready || !@migrate
-        migrate! unless conn.exec("SELECT to_regprocedure('#{@table}_append(text,bytea,bigint,float8,boolean)')").getvalue(0, 0)
+        migrate! unless conn.exec("SELECT to_regprocedure('#{@table}_append(text,bytea,bigint,float8)')").getvalue(0, 0)
         @schema_ready = true
       end
 
@@ -210,15 +264,21 @@ module Herald
         nil
       end
 
-      def write(&block)
-        @pool.with(&block)
-      rescue *LOST => e
-        raise ConnectionError, lost_connection(e)
-      rescue PG::ReadOnlySqlTransaction => e
-        raise ReadOnlyError, "PostgreSQL at #{@url} is read-only (#{e.message.strip}): point the store at the primary"
-      end
+      def retry_read?(error) = LOST.any? { |k| error.is_a?(k) } || error.instance_of?(ConnectionError)
 
-      def lost_connection(error) = "lost the connection to PostgreSQL at #{@url}: #{error.message.strip}"
+      def retry_write?(_error) = false # a publish may have committed before the connection died
+
+      def herald_error(error)
+        message = error.message.strip
+        case error
+        when Herald::Error then error
+        when *LOST then ConnectionError.new("lost the connection to PostgreSQL at #{@url}: #{message}")
+        when PG::QueryCanceled then TimeoutError.new("PostgreSQL at #{@url} cancelled a statement after the store's timeout: (#{@timeout}s): #{message}")
+        when PG::ReadOnlySqlTransaction then ReadOnlyError.new("PostgreSQL at #{@url} is read-only (#{message}): point the store at the primary")
+        when PG::Error then StoreError.new("PostgreSQL at #{@url} refused the statement: #{message}")
+        else error
+        end
+      end
 
       def saw(epoch)
         return if epoch.nil? || epoch == @epoch

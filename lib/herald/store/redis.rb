@@ -15,7 +15,15 @@ module Herald
     # channel's and the global sorted set, trims both and PUBLISHes a wakeup; a backlog is one
     # ZRANGEBYSCORE returning raw records (Store::Packed), decoded without touching `data`.
     # A reset (flush, restart without persistence, failover) is detected by the epoch and by ids going
-    # backwards, reported to `on_reset`, and recovered from by restarting ids above everything seen.
+    # backwards, reported to `on_reset`, and recovered from by restarting ids above everything seen; every
+    # process drops its cached backlogs. A process learns the epoch on its first contact (an empty store is
+    # given one), and its listener checks it every CHECK_EVERY seconds, so a reset is noticed even when
+    # nobody publishes. A process that never saw the old data cannot tell a reset from a new store: what it
+    # publishes before another process notices gets low ids (see the README, "When Redis loses data").
+    #
+    # `timeout:` (seconds, default 1) bounds each command's wait for its reply: a stalled server raises
+    # Herald::TimeoutError. Reads are retried after a lost connection; reads and writes are retried while
+    # the server answers LOADING or BUSY (it did not run the command), then raise Herald::ConnectionError.
     # Per-publish max_backlog_size/age overrides are remembered by this process (the first publish after a
     # restart falls back to the store defaults until it passes them again).
     class Redis
@@ -25,8 +33,12 @@ module Herald
       DEFAULT_POOL = 5
       DEFAULT_MAX_GLOBAL_BACKLOG_SIZE = 10_000
       LEASE_TTL = 30 # seconds; renewed every third of it while held
-      RETRIES = [0.05, 0.2, 0.5].freeze # backoff for reads after a lost connection
-      READ_RETRY_ON = [RedisClient::ConnectionError].freeze
+      RETRIES = [0.05, 0.2, 0.5].freeze # backoff for reads after a lost connection, for a loading or busy server
+      # Refusals of a command the server did not run: a restart replaying its AOF, a long script.
+      UNRUN = /\A(LOADING|BUSY|MASTERDOWN|TRYAGAIN)\b/
+      # How often the listener checks the epoch while no wakeup comes: a FLUSHALL that nobody publishes
+      # after is noticed (cache dropped, on_reset called) within this many seconds.
+      CHECK_EVERY = 1.0
 
       attr_reader :url, :namespace, :driver
 
@@ -55,11 +67,15 @@ module Herald
 
       def initialize(url: ENV.fetch("REDIS_URL", DEFAULT_URL), namespace: "herald", pool: DEFAULT_POOL,
         max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE,
-        max_global_backlog_size: DEFAULT_MAX_GLOBAL_BACKLOG_SIZE, on_reset: nil, backlog_cache: true, connect_timeout: 1.0, driver: :auto)
+        max_global_backlog_size: DEFAULT_MAX_GLOBAL_BACKLOG_SIZE, on_reset: nil, backlog_cache: true, connect_timeout: 1.0,
+        timeout: 1.0, driver: :auto)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
+        raise ArgumentError, "timeout must be a positive number of seconds, got #{timeout.inspect}" unless timeout.is_a?(Numeric) && timeout > 0
         @url = url
         @driver = Redis.driver(driver)
-        @config = RedisClient.config(url: url, connect_timeout: connect_timeout, reconnect_attempts: 0, driver: @driver)
+        # `timeout` bounds every command's wait for its reply (a stalled server raises Herald::TimeoutError).
+        @config = RedisClient.config(url: url, connect_timeout: connect_timeout, read_timeout: timeout,
+          write_timeout: timeout, reconnect_attempts: 0, driver: @driver)
         @namespace = namespace
         @max_global = max_global_backlog_size
         @on_reset = on_reset || ->(old, new) { Herald.logger.warn "Redis store #{namespace} was reset (epoch #{old} -> #{new}): ids restart above the old ones" }
@@ -90,8 +106,8 @@ module Herald
         size, age = @retention.for(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
-        # A batched trim leaves up to size/16 extra records: when the size grows, trim them first (exactly
-        # to the old size), or the larger size would bring back what was already dropped.
+        # A batched trim leaves up to size/16 extra records: when the size grows, they go first (trimmed
+        # exactly to the old size), or the larger size would bring back what was already dropped.
         gid, mid, epoch, reset = evalsha(Scripts::APPEND, [@meta_key, @ids_key, channel_key(key), @global_key,
           key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel,
           (before == size) ? size / 16 : 0, (before < size) ? before : 0])
@@ -125,31 +141,36 @@ module Herald
         end
       end
 
-      # Expired records are left out after the read: with a limit, read on past them, so a page is never
-      # short while live messages follow.
+      # Expired records are left out after the read: with a limit, it reads on past them, so a page is
+      # never short while live messages follow.
       def global_backlog(last_id = 0, limit: nil)
         found = []
         loop do
           want = limit && limit - found.size
           command = ["ZRANGEBYSCORE", @global_key, "(#{last_id}", "+inf"]
           command.push("LIMIT", 0, want) if want
-          records = Packed.decode_all(read { |r| r.call_v(command) })
-          live = Packed.unexpired(records)
+          messages = Packed.decode_all(read { |r| r.call_v(command) })
+          return found if messages.empty?
+          @high = messages.last.global_id if messages.last.global_id > @high
+          live = Packed.unexpired(messages)
           found.concat(live)
-          return found if want.nil? || records.size < want || live.size == records.size
-          last_id = records.last.global_id
+          return found if want.nil? || messages.size < want || live.size == messages.size
+          last_id = messages.last.global_id
         end
       end
 
       def epoch
-        read { |r| r.call_v(["HSETNX", @meta_key, "epoch", @next_epoch]) }
         last_global_id
         @epoch
       end
 
-      def load_cursor(name) = read { |r| r.call_v(["HGET", "#{@namespace}:cursors", name]) }.to_i
+      def load_cursor(name)
+        raw = read { |r| r.call_v(["HGET", "#{@namespace}:cursors", name]) }
+        Store.parse_cursor(raw, name: name, where: "the Redis hash #{@namespace}:cursors")
+      end
 
       def save_cursor(name, global_id)
+        Store.validate_cursor!(global_id)
         write { |r| r.call_v(["HSET", "#{@namespace}:cursors", name, global_id]) }
       end
 
@@ -209,46 +230,66 @@ module Herald
         redis.call_v(["EVAL", script.source, keys, *args])
       end
 
-      # Writes are not retried after a lost connection: the script may have run. Reads are.
-      def write(&block)
-        @pool.with(&block)
-      rescue RedisClient::ReadOnlyError => e
-        raise ReplicaReadOnlyError, "Redis at #{@url} is a read-only replica (#{e.message.lines.first.strip}): point the store at the primary"
-      rescue RedisClient::CommandError => e
-        raise StoreError, "Redis refused the command: #{e.message}"
-      rescue RedisClient::ConnectionError => e
-        raise ConnectionError, lost_connection(e)
+      def unrun?(error) = error.is_a?(RedisClient::CommandError) && UNRUN.match?(error.message)
+
+      # A lost connection (not a timeout: the server is stalled), or a command the server refused unrun.
+      def retry_read?(error)
+        (error.is_a?(RedisClient::ConnectionError) && !error.is_a?(RedisClient::TimeoutError)) || unrun?(error)
       end
 
-      def lost_connection(error) = "Redis at #{@url} is unreachable: #{error.message}"
+      # Writes are not retried after a lost connection: the script may have run.
+      def retry_write?(error) = unrun?(error)
 
-      # Records what the server answered; a changed epoch or ids going backwards is a reset.
-      def observe(epoch, gid)
-        if @epoch && (epoch.nil? || gid < @high)
-          epoch, gid = write { |r| evalsha_with(r, Scripts::RECOVER, [@meta_key, @high, clock_floor, @next_epoch], keys: 1) }
+      def herald_error(error)
+        message = error.message.lines.first.to_s.strip
+        case error
+        when Herald::Error then error
+        when RedisClient::ReadOnlyError
+          ReplicaReadOnlyError.new("Redis at #{@url} is a read-only replica (#{message}): point the store at the primary")
+        when RedisClient::TimeoutError then TimeoutError.new("Redis at #{@url} did not answer in time (timeout:): #{message}")
+        when RedisClient::ConnectionError then ConnectionError.new("Redis at #{@url} is unreachable: #{message}")
+        when RedisClient::CommandError
+          unrun?(error) ? ConnectionError.new("Redis at #{@url} is not serving commands yet (#{message}): try again") : StoreError.new("Redis refused the command: #{message}")
+        else error
         end
-        saw(epoch, gid, false)
+      end
+
+      # Records what the server answered. A missing epoch is set (this process's first contact with an
+      # empty store), so that a later restart or flush is noticed; a missing or changed epoch after one
+      # was known, or ids below what this process has seen, is a reset, recovered from by RECOVER.
+      def observe(epoch, gid)
+        if epoch.nil? || gid < @high
+          epoch, gid, reset = write do |r|
+            evalsha_with(r, Scripts::RECOVER, [@meta_key, @epoch || "", @high, clock_floor, @next_epoch, @wake_channel], keys: 1)
+          end
+        end
+        saw(epoch, gid, reset == 1)
         gid
       end
 
+      # A new epoch after a known one means the data this process read may be gone: the cached backlogs go
+      # (other processes drop theirs on the keyless wakeup the scripts publish) and the app is told.
       def saw(epoch, gid, reset)
         @high = gid if gid > @high
         return if epoch.nil? || epoch == @epoch
         old = @epoch
         @epoch = epoch
         @next_epoch = Store.new_epoch if epoch == @next_epoch
-        @on_reset.call(old, epoch) if old || reset
+        return unless old || reset
+        @cache&.clear
+        @on_reset.call(old, epoch)
       end
 
       # The notifier's listener: a dedicated connection in SUBSCRIBE mode, blocking on the socket.
       def listen(notifier)
-        client = @config.new_client(read_timeout: 5)
+        client = @config.new_client(read_timeout: CHECK_EVERY + 5)
         pubsub = client.pubsub
         pubsub.call_v(["SUBSCRIBE", @wake_channel])
         pubsub.next_event(5) # the subscribe confirmation
         notifier.ready(last_global_id)
         until @closed
-          event = pubsub.next_event(5) or next
+          event = pubsub.next_event(CHECK_EVERY)
+          next last_global_id unless event # quiet: has the store been flushed meanwhile?
           next unless event[0] == "message"
           gid, key = event[2].split(",", 2)
           notifier.notify(gid.to_i, key)

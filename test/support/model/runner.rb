@@ -19,8 +19,9 @@ module Herald
     # - A channel key's max_backlog_age is the one of its first stored message (the generator never changes
     #   it, the runner drops a different later one): Memory and Log apply a changed age to messages already
     #   stored, Redis and PostgreSQL fix each message's expiry when it is published.
-    # - Redis trims the global set in batches: a message that left its channel's backlog may stay in
-    #   global_backlog until up to max_backlog_size/16 more are published on that channel.
+    # - Redis and PostgreSQL trim in batches (channel backlogs are read with LIMIT max_backlog_size, so they
+    #   stay exact): a message that left its channel's backlog may stay in global_backlog until up to
+    #   max_backlog_size/16 more are published on that channel.
     # - Other processes' messages reach a store when its wakeup delivers them: after a fork, the model waits
     #   for them with Store#wait, as any reader would. A forked child's publishes carry no per-publish
     #   retention: Redis and PostgreSQL remember it in the publishing process only (see Store::Redis).
@@ -196,14 +197,14 @@ module Herald
         records = @published.each_value.select { |r| r.message.global_id > op[:last_id] }
         optional = expiring(records, t0, t1)
         compare_list("the oracle's own #{what}", all, limited, optional: optional, limit: op[:limit])
-        optional.merge(trimmed(records, all)) if @store_name == "redis"
+        optional.merge(trimmed(records, all)) if @subject_def.networked?
         [[actual[0], nil], [actual[1], op[:limit]]].each do |act, limit|
           compare_list(what, all, act, optional: optional, limit: limit)
-          check_trim_slack(what, act, all) if @store_name == "redis"
+          check_trim_slack(what, act, all) if @subject_def.networked?
         end
       end
 
-      # Redis's batched trim: messages the oracle no longer retains.
+      # The networked stores' batched trim: messages the oracle no longer retains.
       def trimmed(records, retained)
         kept = retained.to_set(&:global_id)
         records.map { |r| r.message.global_id }.reject { |id| kept.include?(id) }

@@ -1,20 +1,42 @@
 # frozen_string_literal: true
 
+require "zlib"
+
 module Herald
   module Store
     class Log
       # Durable readers' state in the log directory: cursors (small files replaced atomically) and leases
       # (flocks, freed by the kernel when their process dies).
+      #
+      # cursors/NAME holds "<global id> <CRC32 of the id's digits, 8 hex digits>\n", and cursors/NAME~
+      # the version it replaced. A damaged file (empty, torn, garbage: a disk, a copy or a hand gone
+      # wrong) is never read as 0, which would run every retained event again: the previous version is
+      # used instead (the events after it run again, which at-least-once allows), and with no good
+      # previous version load_cursor raises CorruptCursorError. "~" never appears in an escaped name.
       module Cursors
+        CURSOR = /\A(\d{1,19}) ([0-9a-f]{8})\n\z/
+        BARE_CURSOR = /\A(\d{1,19})\n?\z/ # written by Herald before cursors had a checksum; also what a person writes
+        PREVIOUS = "~"
+
         def load_cursor(name)
-          Integer(File.read(@directory.join("cursors", Directory.escape(name))), 10)
-        rescue Errno::ENOENT
-          0
+          path = cursor_path(name)
+          content = read_cursor(path) or return 0
+          id = parse_cursor(content) and return id
+          previous = read_cursor(path + PREVIOUS)
+          id = previous && parse_cursor(previous) or raise damaged_cursor(name, path, content)
+          Herald.logger.warn "cursor #{path} is damaged (#{describe_cursor(content)}): #{name} resumes from its " \
+            "previous version #{id}; the events it handled after that run again"
+          id
         end
 
         def save_cursor(name, global_id)
+          Store.validate_cursor!(global_id)
           writable!
-          storing { @directory.write_atomically(File.join("cursors", Directory.escape(name)), global_id.to_s) }
+          digits = global_id.to_s
+          storing do
+            keep_previous_cursor(cursor_path(name))
+            @directory.write_atomically(File.join("cursors", Directory.escape(name)), format("%s %08x\n", digits, Zlib.crc32(digits)))
+          end
         end
 
         # An flock on leases/NAME: the kernel frees it when the owner's process dies.
@@ -24,6 +46,49 @@ module Herald
           file.close
           nil
         end
+
+        private
+
+        def cursor_path(name) = @directory.join("cursors", Directory.escape(name))
+
+        def read_cursor(path)
+          File.binread(path)
+        rescue Errno::ENOENT
+          nil
+        end
+
+        def parse_cursor(content)
+          if (m = CURSOR.match(content))
+            Integer(m[1], 10) if format("%08x", Zlib.crc32(m[1])) == m[2]
+          elsif (m = BARE_CURSOR.match(content))
+            Integer(m[1], 10)
+          end
+        end
+
+        # The file about to be replaced becomes NAME~, if it is good: a hard link (no data copied, and
+        # the directory fsync of the write that follows makes both durable), renamed into place.
+        def keep_previous_cursor(path)
+          content = read_cursor(path)
+          return unless content && parse_cursor(content)
+          tmp = "#{path}#{PREVIOUS}.#{Process.pid}.#{Thread.current.object_id}.tmp"
+          begin
+            File.link(path, tmp)
+          rescue Errno::EEXIST
+            File.unlink(tmp)
+            retry
+          rescue Errno::EPERM, Errno::ENOTSUP, Errno::EOPNOTSUPP, Errno::EXDEV
+            File.open(tmp, "wb") { |f| f.write(content) && f.fsync } # a file system without hard links
+          end
+          File.rename(tmp, path + PREVIOUS)
+        end
+
+        def damaged_cursor(name, path, content)
+          CorruptCursorError.new("cursor #{path} is damaged (#{describe_cursor(content)}) and has no good previous " \
+            "version: write the last global id it is done with into it (e.g. `echo 1234 > #{path}`), or delete " \
+            "it to start from the oldest retained event", name: name)
+        end
+
+        def describe_cursor(content) = content.empty? ? "empty" : "#{content.bytesize} bytes: #{content[0, 24].inspect}"
       end
     end
   end

@@ -8,7 +8,7 @@ module Herald
       # messages each segment still holds (a segment with none left can be deleted).
       # Not thread-safe: the store calls it under its lock.
       class Index
-        Channel = Struct.new(:last_id, :messages, :max_size, :max_age)
+        Channel = Struct.new(:last_id, :messages, :max_size, :max_age, :stepped_back)
 
         attr_reader :last_global_id, :channels, :last_added
 
@@ -64,6 +64,8 @@ module Herald
             ch.max_age = retention[1] if retention[1]
           end
           ch.last_id = msg.message_id if msg.message_id > ch.last_id
+          # Timestamps out of order (the clock went backwards): expiry is no longer a prefix of the backlog.
+          ch.stepped_back = true if (last = ch.messages.last) && msg.created_at < last.created_at
           @last_global_id = msg.global_id if msg.global_id > @last_global_id
           @last_added = msg.global_id
           ch.messages << msg
@@ -78,7 +80,10 @@ module Herald
           expire(ch, now)
           msgs = ch.messages
           i = msgs.bsearch_index { |m| m.message_id > last_id } or return []
-          msgs[i, msgs.size - i]
+          found = msgs[i, msgs.size - i]
+          return found unless ch.stepped_back
+          oldest = now - ch.max_age
+          found.select { |m| m.created_at > oldest }
         end
 
         def global_backlog(last_id, limit)

@@ -10,7 +10,7 @@ module Herald
       # is held until the transaction commits, so a reader asking for "global_id > last" never sees a
       # later id commit before an earlier one (a bigserial would let a slow commit be skipped).
       module Schema
-        VERSION = 3
+        VERSION = 4
 
         def self.sql(t, notify)
           <<~SQL
@@ -19,28 +19,32 @@ module Herald
             INSERT INTO #{t}_meta VALUES (1, md5(random()::text || clock_timestamp()::text), 0, #{VERSION})
               ON CONFLICT (id) DO NOTHING;
             CREATE TABLE IF NOT EXISTS #{t}_channels (key text PRIMARY KEY, last_id bigint NOT NULL);
+            -- v4: every message_id up to `trimmed` is deleted, so a trim deletes a bounded range.
+            ALTER TABLE #{t}_channels ADD COLUMN IF NOT EXISTS trimmed bigint NOT NULL DEFAULT 0;
             CREATE TABLE IF NOT EXISTS #{t}_messages (global_id bigint PRIMARY KEY, key text NOT NULL,
               message_id bigint NOT NULL, expires_at float8 NOT NULL, record bytea NOT NULL);
             CREATE UNIQUE INDEX IF NOT EXISTS #{t}_messages_key ON #{t}_messages (key, message_id);
             CREATE TABLE IF NOT EXISTS #{t}_cursors (name text PRIMARY KEY, global_id bigint NOT NULL);
+            UPDATE #{t}_meta SET version = #{VERSION} WHERE version < #{VERSION};
+            DROP FUNCTION IF EXISTS #{t}_append(text, bytea, bigint, float8, boolean);
             -- One round trip per publish: ids, the record (ids prepended to the client's tail: Store::Packed),
             -- size trimming, an occasional age sweep, and the wakeup (delivered at commit).
             CREATE OR REPLACE FUNCTION #{t}_append(p_key text, p_tail bytea, p_max_size bigint, p_expires float8,
-              p_sweep boolean, OUT g bigint, OUT m bigint) LANGUAGE plpgsql AS $$
+              OUT g bigint, OUT m bigint) LANGUAGE plpgsql AS $$
+            DECLARE
+              v_trimmed bigint;
             BEGIN
               UPDATE #{t}_meta SET global_id = global_id + 1 WHERE id = 1 RETURNING global_id INTO g;
               INSERT INTO #{t}_channels AS c (key, last_id) VALUES (p_key, 1)
-                ON CONFLICT (key) DO UPDATE SET last_id = c.last_id + 1 RETURNING c.last_id INTO m;
+                ON CONFLICT (key) DO UPDATE SET last_id = c.last_id + 1 RETURNING c.last_id, c.trimmed INTO m, v_trimmed;
               INSERT INTO #{t}_messages VALUES (g, p_key, m, p_expires,
                 float8send(g::float8) || float8send(m::float8) || p_tail);
-              -- Usually exactly one row leaves; an open-ended range would walk every dead index entry
-              -- below it on each publish. p_sweep (the caller changed the channel's size) clears the range.
-              IF m > p_max_size THEN
-                IF p_sweep OR random() < 0.01 THEN
-                  DELETE FROM #{t}_messages WHERE key = p_key AND message_id <= m - p_max_size;
-                ELSE
-                  DELETE FROM #{t}_messages WHERE key = p_key AND message_id = m - p_max_size;
-                END IF;
+              -- Trims in batches (once `p_max_size / 16` past the size, as Redis does; readers LIMIT to the
+              -- size), deleting the range above the last trim only: whatever the sizes other publishers
+              -- give, nothing at or below m - p_max_size survives, and no dead index entry is walked twice.
+              IF m - p_max_size > v_trimmed + p_max_size / 16 THEN
+                DELETE FROM #{t}_messages WHERE key = p_key AND message_id > v_trimmed AND message_id <= m - p_max_size;
+                UPDATE #{t}_channels SET trimmed = m - p_max_size WHERE key = p_key;
               END IF;
               IF random() < 0.001 THEN
                 DELETE FROM #{t}_messages WHERE global_id IN (SELECT global_id FROM #{t}_messages

@@ -19,38 +19,34 @@ module Herald
         # restart from a floor above anything handed out before: the caller's watermark or the wall clock
         # in 2**20 ids per second, whichever is higher. Channel ids restart above the floor too, so no
         # reader stalls behind its old last id and no old id is reused.
+        # Every process hears of a reset from the keyless wakeup (a global id alone), on which it drops
+        # every cached backlog. Lua's unpack() takes at most ~8000 values: `remove` goes in chunks.
         RESET = <<~LUA
-          local function recover(gid, floor, watermark, clock, epoch)
+          local function recover(gid, floor, watermark, clock, epoch, wake)
             floor = math.max(gid, watermark, clock)
             redis.call('HSET', KEYS[1], 'epoch', epoch, 'gid', floor, 'floor', floor)
+            redis.call('PUBLISH', wake, string.format('%d', floor))
             return floor
           end
-        LUA
-
-        # Drops the channel's oldest records beyond `size` (from both sets) once more than `slack` are over.
-        TRIM = <<~LUA
-          local function trim(size, slack)
-            local over = redis.call('ZCARD', KEYS[3]) - size
-            if over > slack then
-              local old = redis.call('ZRANGE', KEYS[3], 0, over - 1)
-              redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
-              redis.call('ZREM', KEYS[4], unpack(old))
+          local function remove(key, members)
+            for i = 1, #members, 1000 do
+              redis.call('ZREM', key, unpack(members, i, math.min(i + 999, #members)))
             end
           end
         LUA
 
         # KEYS meta ids channel global; ARGV channel_key tail max_size ttl known_epoch watermark clock
         # new_epoch max_global wake_channel slack trim_first. Returns {global_id, message_id, epoch, reset}.
+        # trim_first > 0 (the channel's size grows from it): the batch's leftovers go first.
         # Trimming runs in batches (once a set is `slack` past its size, about size/16) to keep the
         # common append short; channel backlogs are read newest-first with LIMIT size, so they stay exact.
-        # trim_first (when > 0: the channel's size grows from it) drops the batch's leftovers first.
-        APPEND = script(RESET + TRIM + <<~LUA)
+        APPEND = script(RESET + <<~LUA)
           local st = redis.call('HMGET', KEYS[1], 'epoch', 'gid', 'floor')
           local epoch, gid, floor, reset = st[1], tonumber(st[2]) or 0, tonumber(st[3]) or 0, 0
           local watermark = tonumber(ARGV[6])
           if (not epoch and ARGV[5] ~= '') or gid < watermark then
             epoch = ARGV[8]
-            floor = recover(gid, floor, watermark, tonumber(ARGV[7]), epoch)
+            floor = recover(gid, floor, watermark, tonumber(ARGV[7]), epoch, ARGV[10])
             gid = floor
             reset = 1
           elseif not epoch then
@@ -65,24 +61,41 @@ module Herald
             redis.call('HSET', KEYS[2], ARGV[1], mid)
           end
           local rec = struct.pack('>dd', gid, mid) .. ARGV[2]
-          if tonumber(ARGV[12]) > 0 then trim(tonumber(ARGV[12]), 0) end
+          local extra = tonumber(ARGV[12]) > 0 and redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[12]) or 0
+          if extra > 0 then
+            local old = redis.call('ZRANGE', KEYS[3], 0, extra - 1)
+            redis.call('ZREMRANGEBYRANK', KEYS[3], 0, extra - 1)
+            remove(KEYS[4], old)
+          end
           redis.call('ZADD', KEYS[3], mid, rec)
           redis.call('ZADD', KEYS[4], gid, rec)
-          trim(tonumber(ARGV[3]), tonumber(ARGV[11]))
-          redis.call('EXPIRE', KEYS[3], ARGV[4])
-          local over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
+          local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[3])
+          if over > tonumber(ARGV[11]) then
+            local old = redis.call('ZRANGE', KEYS[3], 0, over - 1)
+            redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
+            remove(KEYS[4], old)
+          end
+          -- The set lives as long as its longest-lived record (each carries its own expiry, filtered on
+          -- read): a publish with a short max_backlog_age must not expire the others' messages.
+          if redis.call('TTL', KEYS[3]) < tonumber(ARGV[4]) then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
+          over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
           if over > tonumber(ARGV[9]) / 16 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1) end
           redis.call('PUBLISH', ARGV[10], string.format('%d', gid) .. ',' .. ARGV[1])
           return {gid, mid, epoch, reset}
         LUA
 
-        # KEYS meta; ARGV watermark clock new_epoch. Recovers when the store was reset behind the caller's
-        # back; otherwise returns what is there. Returns {epoch, global_id}.
+        # KEYS meta; ARGV known_epoch watermark clock new_epoch wake_channel. Recovers when the store was
+        # reset behind the caller's back (as APPEND does); gives an empty store its first epoch; otherwise
+        # returns what is there. Returns {epoch, global_id, reset}.
         RECOVER = script(RESET + <<~LUA)
           local st = redis.call('HMGET', KEYS[1], 'epoch', 'gid')
-          local gid, watermark = tonumber(st[2]) or 0, tonumber(ARGV[1])
-          if st[1] and gid >= watermark then return {st[1], gid} end
-          return {ARGV[3], recover(gid, 0, watermark, tonumber(ARGV[2]), ARGV[3])}
+          local gid, watermark = tonumber(st[2]) or 0, tonumber(ARGV[2])
+          if (not st[1] and ARGV[1] ~= '') or gid < watermark then
+            return {ARGV[4], recover(gid, 0, watermark, tonumber(ARGV[3]), ARGV[4], ARGV[5]), 1}
+          end
+          if st[1] then return {st[1], gid, 0} end
+          redis.call('HSET', KEYS[1], 'epoch', ARGV[4])
+          return {ARGV[4], gid, 0}
         LUA
 
         # KEYS lease; ARGV token ttl_ms. Extends a lease only while this owner still holds it.
