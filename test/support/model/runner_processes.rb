@@ -52,9 +52,11 @@ module Herald
           fail!("#{what}: #{describe(m)} is not on its channel") unless on_channel
           key = [m.channel, m.site_id]
           fail!("#{what}: #{describe(m)} after message id #{last[key]}") unless m.message_id > last[key]
-          fail!("#{what}: #{describe(m)} is not after #{sub.op[:from]}") if sub.op[:from] && key == key_of(channel, sub.op[:site_id]) && m.message_id <= sub.op[:from]
-          last[key] = m.message_id
           ref = @published[m.global_id] or fail!("#{what}: #{describe(m)} was never published")
+          # Without a site, a subscription also delivers what was published after it, whatever its id.
+          early = sub.op[:from] && key == key_of(channel, sub.op[:site_id]) && m.message_id <= sub.op[:from]
+          fail!("#{what}: #{describe(m)} is not after #{sub.op[:from]}") if early && (site || ref.p0 < sub.started)
+          last[key] = m.message_id
           compare_message(what, ref.message, m)
         end
       end
@@ -67,7 +69,7 @@ module Herald
         marker = nil
         64.times do
           marker = run_publish({op: :publish, codec: sub.op[:codec], channel: sub.op[:channel], site_id: sub.op[:site_id], data: "fence #{@index}"}) or return false
-          break if sub.op[:from].nil? || marker.message_id > sub.op[:from]
+          break if sub.op[:from].nil? || marker.message_id > sub.op[:from] || key_of(sub.op[:channel], sub.op[:site_id])[1].nil?
         end
         record = @published[marker.global_id]
         deadline = now + FENCE_TIMEOUT
