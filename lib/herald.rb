@@ -19,6 +19,7 @@ require_relative "herald/store/log/segment"   # one append-only file
 require_relative "herald/store/log/index"     # what is retained, in memory
 require_relative "herald/store/log/directory" # lock, meta, state, cursors, leases
 require_relative "herald/store/log/syncer"    # fsync policies: interval thread, fatal failures
+require_relative "herald/store/log/reservation" # ids reserved on disk before they are handed out
 require_relative "herald/store/log/wakeup"    # cross-process wakeups
 require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
 require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders
