@@ -11,7 +11,7 @@ Gem::Specification.new do |s|
   s.authors = ["Herald team"]
   s.license = "MIT"
   s.required_ruby_version = ">= 3.1"
-  s.files = Dir["lib/**/*.rb", "exe/*", "README.md"]
+  s.files = Dir["lib/**/*.rb", "exe/*", "README.md"] + ["lib/herald/rack/herald.js"] # herald.js: built from js/ (npm run build -w js)
   s.bindir = "exe"
   s.executables = ["herald"]
   s.add_dependency "json", ">= 2.10" # JSON::Coder, strict: what JSON cannot carry is refused, not stored as #to_s
