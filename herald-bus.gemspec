@@ -11,8 +11,9 @@ Gem::Specification.new do |s|
   s.authors = ["Herald team"]
   s.license = "MIT"
   s.required_ruby_version = ">= 3.1"
-  # Every file the gem runs: the Ruby, the generator's templates, the demo page and its scripts, and message_bus's
-  # browser client from the npm package (`npm ci` before `gem build`), served by `herald server` and the Railtie.
+  # Every file the gem runs: the Ruby, the generator's templates, the demo page, Herald's browser client
+  # (lib/herald/rack/herald.js, built from js/ by `npm run build -w js`) and message_bus's browser client from
+  # the npm package (`npm ci` before `gem build`), served by `herald server`.
   s.files = Dir["lib/**/*.{rb,tt,js,css,html}", "exe/*", "README.md", "LICENSE*",
     "node_modules/message-bus-client/{LICENSE,assets/message-bus.js}"]
   s.bindir = "exe"

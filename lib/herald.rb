@@ -19,6 +19,7 @@ require_relative "herald/store/log/segment"   # one append-only file
 require_relative "herald/store/log/index"     # what is retained, in memory
 require_relative "herald/store/log/directory" # lock, meta, state, cursors, leases
 require_relative "herald/store/log/syncer"    # fsync policies: interval thread, fatal failures
+require_relative "herald/store/log/reservation" # ids reserved on disk before they are handed out
 require_relative "herald/store/log/wakeup"    # cross-process wakeups
 require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
 require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders
@@ -54,6 +55,7 @@ require_relative "herald/rack/socket_connection" # ... on a hijacked socket (Pum
 require_relative "herald/rack/queue_connection"  # ... through a Rack body (Falcon, fallback)
 require_relative "herald/rack/reactor"           # the one event loop holding parked clients
 require_relative "herald/rack/responder"         # one request: backlog, reply or park
+require_relative "herald/rack/client_script"     # the browser client, served at {base}message-bus/herald.js
 require_relative "herald/rack/middleware"        # the Rack middleware (message_bus protocol, SSE, msgpack)
 
 # The facade: one default bus per process, built from Herald.configure.

@@ -23,7 +23,7 @@ class GemPackageTest < Minitest::Test
 
   def test_the_built_gem_holds_every_runtime_file
     files = Gem::Package.new(build_gem).contents
-    %w[lib/herald.rb lib/herald-bus.rb exe/herald lib/herald/server/public/index.html lib/herald/server/public/demo.js
+    %w[lib/herald.rb lib/herald-bus.rb exe/herald lib/herald/rack/herald.js lib/herald/server/public/index.html lib/herald/server/public/demo.js
       lib/herald/server/public/demo.css lib/herald/server/public/message-bus-ajax.js
       node_modules/message-bus-client/assets/message-bus.js node_modules/message-bus-client/LICENSE].each do |f|
       assert_includes files, f
@@ -96,7 +96,7 @@ class GemPackageTest < Minitest::Test
     Open3.popen2e(env, File.join(home, "bin", "herald"), "server", "--port", "0", "--dir", File.join(@tmp, "data"), chdir: @tmp) do |_in, out, wait|
       line = Timeout.timeout(30) { out.gets }.to_s
       url = line[%r{http://\S+}] or flunk "no URL in #{line.inspect}"
-      {"/" => "<html", "/assets/message-bus.js" => "MessageBus", "/assets/message-bus-ajax.js" => "MessageBus.ajax",
+      {"/" => "<html", "/message-bus/herald.js" => "MessageBus", "/assets/message-bus.js" => "MessageBus", "/assets/message-bus-ajax.js" => "MessageBus.ajax",
        "/assets/demo.js" => "", "/assets/demo.css" => ""}.each do |path, text|
         res = Net::HTTP.get_response(URI(url + path))
         assert_equal "200", res.code, "#{path}: #{res.body}"

@@ -182,9 +182,12 @@ module Herald
 
       # `tail chat` is a legal channel, but the demo and the README use "/chat": a quiet channel whose
       # name lacks the slash is most likely a typo, and tail would otherwise wait forever without a word.
+      # The other way round (`tail /news` when only "news" has messages) gets the same note.
       def hint_at_slash(channel)
-        return if channel.start_with?("/") || bus.last_id(channel) > 0
-        @err.puts "note: channel #{channel.inspect} is empty; did you mean #{"/#{channel}".inspect}?"
+        return if bus.last_id(channel) > 0
+        other = channel.start_with?("/") ? channel.delete_prefix("/") : "/#{channel}"
+        return if channel.start_with?("/") && (other.empty? || bus.last_id(other).zero?)
+        @err.puts "note: channel #{channel.inspect} is empty; did you mean #{other.inspect}?"
       end
     end
     register "tail", Tail, "tail CHANNEL [--from ID] [--dir DIR]", "print new messages on a channel as they arrive"

@@ -34,6 +34,17 @@ module Herald
     end
   end
 
+  # A side file of the log store (META, STATE, IDS) is damaged and cannot be rebuilt from the segments.
+  # Names the file; the message says what to do.
+  class CorruptStoreError < StoreError
+    attr_reader :file
+
+    def initialize(message = nil, file: nil)
+      @file = file
+      super(message || "#{file} is damaged")
+    end
+  end
+
   # A deferred subscriber's saved cursor is damaged (empty, truncated, garbage, negative) and no good
   # earlier version is left. The subscriber stops rather than start over from the oldest retained event.
   class CorruptCursorError < StoreError

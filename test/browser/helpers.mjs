@@ -14,11 +14,12 @@ const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 
 // `real: true` runs the real `exe/herald server`; otherwise test/support/http_server.rb, which adds a
 // test-only targeted-publish route and a cookie user id lookup.
-export async function startServer({ real = false, userCookie } = {}) {
-  const dir = mkdtempSync(join(tmpdir(), "herald-browser-"));
-  const args = real && IMPL === "herald"
-    ? ["exec", "ruby", join(ROOT, "exe/herald"), "server", "--port", "0", "--dir", dir]
-    : ["exec", "ruby", join(ROOT, "test/support/http_server.rb"), "--impl", IMPL, "--port", "0", "--dir", dir,
+// `port` and `dir` restart a server where a stopped one was (stop({ keepDir: true }) keeps its log).
+export async function startServer({ real = false, userCookie, impl = IMPL, port: askedPort = 0, dir: askedDir } = {}) {
+  const dir = askedDir || mkdtempSync(join(tmpdir(), "herald-browser-"));
+  const args = real && impl === "herald"
+    ? ["exec", "ruby", join(ROOT, "exe/herald"), "server", "--port", String(askedPort), "--dir", dir]
+    : ["exec", "ruby", join(ROOT, "test/support/http_server.rb"), "--impl", impl, "--port", String(askedPort), "--dir", dir,
       ...(userCookie ? ["--user-cookie", userCookie] : [])];
   const child = spawn("bundle", args, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
@@ -36,7 +37,9 @@ export async function startServer({ real = false, userCookie } = {}) {
   const url = `http://127.0.0.1:${port}`;
   return {
     url,
+    port,
     dir,
+    child,
     output: () => output,
     async publish(channel, data, targets = {}) {
       const response = await fetch(`${url}/test/publish`, {
@@ -54,13 +57,16 @@ export async function startServer({ real = false, userCookie } = {}) {
         { cwd: ROOT });
       return Number(stdout.trim());
     },
-    async stop() {
-      const exited = new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+    async stop({ signal = "SIGTERM", keepDir = false } = {}) {
+      // Drop the start-up listener first: removing it after registering this one would drop this one too
+      // (and the exit status would never be seen).
       child.removeAllListeners("exit");
-      child.once("exit", () => {});
-      child.kill("SIGTERM");
+      const exited = child.exitCode !== null || child.signalCode !== null
+        ? Promise.resolve({ code: child.exitCode, signal: child.signalCode })
+        : new Promise((resolve) => child.once("exit", (code, signal) => resolve({ code, signal })));
+      child.kill(signal);
       const result = await exited;
-      rmSync(dir, { recursive: true, force: true });
+      if (!keepDir) rmSync(dir, { recursive: true, force: true });
       return result;
     },
   };

@@ -48,6 +48,27 @@ module EventDataTests
     end
   end
 
+  def test_dead_letters_of_json_and_msgpack_messages_keep_their_payload_bytes_and_encoding
+    use_store(new_store)
+    json = Herald::Bus.new(store: Herald.bus.store, codec: :json)
+    msgpack = Herald::Bus.new(store: Herald.bus.store, codec: :msgpack)
+    define_subscriber("Drop", CHANNEL, deferred: true) { |_e, _m| raise REFUSED }
+    capture_log do |io|
+      TEXTS.each { |t| json.publish(CHANNEL, {"text" => t}) }
+      BINARY.each { |b| msgpack.publish(CHANNEL, [b, "ü"]) }
+      Herald.start_workers
+      eventually(timeout: 10) { io.string.scan("gave up on").size == TEXTS.size + BINARY.size }
+    end
+    originals = Herald.bus.store.backlog(CHANNEL, 0)
+    letters = Herald.dead_letters.list("Drop")
+    assert_equal originals.map(&:global_id), letters.map(&:global_id)
+    originals.zip(letters.map(&:message)) do |sent, back|
+      assert_equal [sent.codec, sent.payload.encoding, sent.message_id], [back.codec, back.payload.encoding, back.message_id]
+      assert_equal sent, back, "same ids, channel and payload bytes"
+      assert_equal sent.data, back.data
+    end
+  end
+
   # The issue's case: a deferred subscriber that publishes "josé" failed on the Log store, was retried
   # three times (repeating its side effects) and landed in the dead letters with nothing logged.
   def test_a_deferred_subscriber_can_publish_non_ascii_text

@@ -100,6 +100,25 @@ class BadInputTest < Minitest::Test
     parked_socket&.close
   end
 
+  # The app behind the middleware raising is the app's business (its server or framework reports it):
+  # not given to on_middleware_error, not logged as a transport error, as in message_bus.
+  def test_errors_of_the_app_behind_are_not_middleware_errors
+    hooked = []
+    app = ->(_env) { raise KeyError, "the app's own" }
+    mw = Herald::Rack::Middleware.new(app, bus: @bus, user_id_lookup: ->(_env) { raise ArgumentError, "lookup" },
+      on_middleware_error: ->(_env, e) { (hooked << e) && [503, {}, ["hooked"]] })
+    @middlewares << mw
+    _, err = capture_io do
+      error = assert_raises(KeyError) { mw.call(::Rack::MockRequest.env_for("/elsewhere")) }
+      assert_equal "the app's own", error.message
+    end
+    assert_empty hooked
+    refute_match(/http transport/, err)
+    status, = mw.call(::Rack::MockRequest.env_for("/message-bus/c1/poll?dlp=t", method: "POST", input: "%2Fa=0"))
+    assert_equal 503, status, "the middleware's own errors still go to the hook"
+    assert_equal ["lookup"], hooked.map(&:message)
+  end
+
   # A client message filter that raises drops that client only; the fan-out goes on for the others.
   def test_a_failing_filter_never_stops_the_event_loop
     errors = []

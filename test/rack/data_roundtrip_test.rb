@@ -46,14 +46,16 @@ class RackDataRoundtripTest < Minitest::Test
   end
 
   def test_chunked_stream_over_a_socket
-    mw = middleware
+    mw = middleware(long_polling_interval: 30) # the stream stays open until the test has read it all
     server = puma(mw)
     publish_all("/chat/ü", data: expected.first(4))
     socket = server.request({"/chat/ü" => 0})
     parked(mw)
-    publish_all("/chat/ü", data: expected.drop(4))
-    _, _, body = Herald::PumaServer.read(socket)
-    got = segments(Herald::PumaServer.dechunk(body).join.force_encoding(Encoding::UTF_8)).flatten
+    publish_all("/chat/ü", data: expected.drop(4) + ["the end"])
+    raw = Herald::PumaServer.read_until(socket, %("data":"the end"}]\r\n|\r\n\r\n), timeout: 20) # up to its chunk's end
+    socket.close
+    chunks = Herald::PumaServer.dechunk(raw.split("\r\n\r\n", 2).last + "\r\n0\r\n\r\n")
+    got = segments(chunks.join.force_encoding(Encoding::UTF_8)).flatten.reject { |m| m["data"] == "the end" }
     assert_equal expected, got.map { |m| m["data"] }
   end
 

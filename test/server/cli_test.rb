@@ -162,11 +162,34 @@ class ServerCLITest < Minitest::Test
   # the demo and the README say "/chat", so a quiet "chat" gets a hint instead of silence forever.
   def test_tail_hints_at_the_slash_when_a_channel_without_one_is_empty
     tail = Tail.new("chat", "--dir", @dir)
+    assert_equal %(note: channel "chat" is empty; did you mean "/chat"?), tail.err_gets
     herald_publish("/chat", '{"text":"on /chat"}', dir: @dir)
-    assert_nil tail.gets(timeout: 1), "a message on /chat is not one on chat"
+    assert_nil tail.gets(timeout: 0.5), "a message on /chat is not one on chat"
     status, err = tail.stop
     assert_equal 0, status.exitstatus
-    assert_equal %(note: channel "chat" is empty; did you mean "/chat"?\n), err
+    assert_equal "", err, "one note"
+  end
+
+  def test_tail_of_a_channel_without_a_slash_prints_its_messages_and_no_hint
+    herald_publish("chat", '{"text":"no slash"}', dir: @dir)
+    herald_publish("/chat", '{"text":"slash"}', dir: @dir)
+    tail = Tail.new("chat", "--from", "0", "--dir", @dir)
+    assert_equal '{"text":"no slash"}', tail.gets
+    herald_publish("chat", '{"text":"live, no slash"}', dir: @dir)
+    assert_equal '{"text":"live, no slash"}', tail.gets
+    status, err = tail.stop
+    assert_equal 0, status.exitstatus
+    assert_equal "", err, "chat has messages: no hint"
+  end
+
+  def test_tail_of_an_empty_channel_with_a_slash_hints_at_the_one_without
+    herald_publish("news", '{"text":"no slash"}', dir: @dir)
+    tail = Tail.new("/news", "--dir", @dir)
+    assert_equal %(note: channel "/news" is empty; did you mean "news"?), tail.err_gets
+    assert_nil tail.gets(timeout: 0.5)
+    status, err = tail.stop
+    assert_equal 0, status.exitstatus
+    assert_equal "", err, "one note"
   end
 
   def test_tail_of_an_empty_channel_with_a_slash_says_nothing_extra
@@ -184,7 +207,7 @@ class ServerCLITest < Minitest::Test
     assert_equal '{"n":1}', tail.gets
     tail.close_stdout
     herald_publish("/chat", '{"n":2}', dir: @dir)
-    status, _err = tail.stop(nil, timeout: 10)
+    status, _err = tail.stop(nil, timeout: 30)
     refute_nil status, "tail kept running with nobody reading"
     assert_equal 0, status.exitstatus
   end

@@ -84,7 +84,7 @@ class HTTPFuzzTest < Minitest::Test
     @health << "publish failed" unless id
     status, body = @fuzz.check_poll("/chat" => id - 1) if id
     @health << "message #{id} not readable: #{status} #{body.to_s[0, 200]}" if id && !body.to_s.include?("health")
-    @health << "health check took #{(now - started).round(2)}s" if now - started > 3
+    @health << "health check took #{(now - started).round(2)}s" if now - started > Herald::HttpFuzz::Runner::DEADLINE
     @rss << rss_kb
     sleep 0.5
   end
@@ -117,7 +117,8 @@ class HTTPFuzzTest < Minitest::Test
     puts "\nhttp fuzz: SEED=#{@seed} cases=#{result.sent} in #{(now - started).round(1)}s; " \
       "5xx other than 501: #{result.statuses.sum { |s, n| (s >= 500 && s != 501) ? n : 0 }}; failures: #{result.failures.size}\n" \
       "  statuses #{statuses}; 501 (unknown method/transfer coding): #{result.not_implemented}; " \
-      "parked and walked away: #{result.silent_parks}; parked polls released by a publish: #{result.released}; huge requests reset before their reply: #{result.resets}\n" \
+      "parked and walked away: #{result.silent_parks}; parked polls released by a publish: #{result.released}; huge requests reset before their reply: #{result.resets}; " \
+      "closed unanswered once, answered when sent again: #{result.unanswered_once}\n" \
       "  fds #{fds} -> #{end_fds}; RSS #{rss / 1024} MiB -> #{end_rss / 1024} MiB (by quarter of the run: " \
       "#{quarters(@rss).map { |kb| kb / 1024 }.join(", ")}); health checks failed: #{@health.size}"
   end

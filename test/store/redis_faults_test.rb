@@ -100,7 +100,7 @@ class RedisFaultsTest < Minitest::Test
     assert_equal ["m3"], other.backlog("/c", 0).map(&:data)
     flush!
     append(other, "/elsewhere", 1) # detects the reset; its wakeup must clear `cached`'s cache at once
-    eventually(timeout: 0.5) { cached.backlog("/c", 0).empty? }
+    eventually(timeout: 2) { cached.backlog("/c", 0).empty? }
   end
 
   # (2) Lua's unpack() takes ~8,000 values: trimming more must neither raise nor leave records behind.
@@ -152,13 +152,19 @@ class RedisFaultsTest < Minitest::Test
       "until (t[1] - t0[1]) * 1000000 + (t[2] - t0[2]) > #{(seconds * 1_000_000).to_i} return 1"
   end
 
-  # Runs the command on its own connection and the block while the server is inside it.
+  # Runs the command on its own connection and the block once the server answers LOADING or BUSY.
   def assert_during(admin, *command)
     url = admin.config.server_url
     blocker = Thread.new { RedisClient.new(url: url, read_timeout: 10).call(*command) }
-    sleep 0.1
+    probe = RedisClient.new(url: url)
+    eventually(timeout: 5, message: "the server never refused a command") do
+      probe.call("GET", "probe") && false
+    rescue RedisClient::CommandError => e
+      e.message.start_with?("LOADING", "BUSY")
+    end
     yield
   ensure
+    probe&.close
     blocker&.join
   end
 end

@@ -55,11 +55,17 @@ module Herald
 
       def letter(m)
         d = m.data
+        codec = Codec.fetch(d["codec"])
         original = Message.new(global_id: d["global_id"], message_id: d["message_id"], channel: d["channel"],
-          payload: d["payload"], codec: Codec.fetch(d["codec"]), created_at: d["created_at"])
+          payload: payload(d["payload"], codec), codec: codec, created_at: d["created_at"])
         Letter.new(id: m.message_id, subscriber: d["subscriber"], global_id: d["global_id"], channel: d["channel"],
           error: d["error"], error_message: d["error_message"], attempts: d["attempts"], failed_at: d["failed_at"],
           message: original)
+      end
+
+      # The payload as every store returns it: JSON text is UTF-8, other codecs' bytes binary.
+      def payload(bytes, codec)
+        codec.equal?(Codec::Json) ? bytes.dup.force_encoding(Encoding::UTF_8).freeze : bytes.b.freeze
       end
 
       def run(subscriber, handler, original)

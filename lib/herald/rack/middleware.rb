@@ -9,6 +9,7 @@ module Herald
     #   GET          {base}message-bus/{client_id}/sse?/chat=5&/news=
     #                Server-Sent Events (text/event-stream); each event's `id:` is the global id, and a
     #                reconnecting EventSource's Last-Event-ID resumes after it on every listed channel.
+    #   GET          {base}message-bus/herald.js   Herald's browser client (js/; see ClientScript)
     #
     # `Accept: application/vnd.msgpack` gets MessagePack instead of JSON: a reply is one array of maps with the
     # same keys; a stream is a sequence of such arrays (feed it to a streaming unpacker).
@@ -62,15 +63,7 @@ module Herald
 
       def call(env)
         path = env["PATH_INFO"].to_s
-        return @app.call(env) unless path.start_with?(@prefix)
-        client_id, action = path.byteslice(@prefix.bytesize, path.bytesize).split("/", 3)
-        return [404, {}, ["not found"]] if client_id.nil? || client_id.empty?
-        skip_session(env)
-        Responder.new(self, env, client_id, action).call
-      rescue RequestError => e
-        [e.status, {"content-type" => "text/plain; charset=utf-8", "content-length" => (e.message.bytesize + 1).to_s}, ["#{e.message}\n"]]
-      rescue => e
-        middleware_error(env, e)
+        path.start_with?(@prefix) ? serve(env, path) : @app.call(env)
       end
 
       # The event loop of this process; a forked worker builds its own.
@@ -95,6 +88,19 @@ module Herald
       attr_reader :wire, :filters, :on_error
 
       private
+
+      # The app's own errors (#call) stay the app's: only ours go to on_middleware_error, as in message_bus.
+      def serve(env, path)
+        client_id, action = path.byteslice(@prefix.bytesize, path.bytesize).split("/", 3)
+        return [404, {}, ["not found"]] if client_id.nil? || client_id.empty?
+        return ClientScript.call(env) if ClientScript.request?(env, client_id, action)
+        skip_session(env)
+        Responder.new(self, env, client_id, action).call
+      rescue RequestError => e
+        [e.status, {"content-type" => "text/plain; charset=utf-8", "content-length" => (e.message.bytesize + 1).to_s}, ["#{e.message}\n"]]
+      rescue => e
+        middleware_error(env, e)
+      end
 
       # As message_bus's base_route=: a leading and a trailing slash, repeated slashes squeezed
       # ("//my///base/route" serves /my/base/route/message-bus/).

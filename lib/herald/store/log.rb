@@ -10,14 +10,14 @@ module Herald
     #   Herald::Store::Log.new(dir: "tmp/herald", fsync: :interval) # or :always, :never
     #
     # Ids and crashes: a record is written whole to the OS before append returns, so a killed process
-    # loses nothing it returned. A record torn by a crash was never returned nor read by anyone (readers
-    # stop at a partial or damaged tail), so recovery cuts it and its ids are free to be assigned again;
-    # every id ever returned or read stays taken. Old segments are deleted only after a STATE file saved
-    # the last ids, so deleting records never lowers them. (Power loss in :interval or :never mode may
-    # lose the last unsynced records, and their ids, as the mode says. In :always mode a record becomes
-    # visible to readers when it is written, up to one fsync (~0.3 ms) before its publisher returns: a
-    # power loss in that window can take back a record a reader saw. Readers are not held back to the
-    # synced position, which would cost a shared watermark across processes.)
+    # loses nothing it returned. A record can still reach readers before it reaches the disk (:interval
+    # and :never modes; :always up to one fsync before its publisher returns), and a power loss or damage
+    # at the tail can take it back after a reader saw it: its id may sit in a saved cursor or a browser.
+    # So ids are reserved on disk before they are handed out (Reservation, the IDS file), and after an
+    # unclean stop ids, global and per channel, go on above every id that may have been seen: an id is
+    # never handed out twice. Old segments are deleted only after a STATE file saved the last ids, so
+    # deleting records never lowers them. META, STATE and IDS are checked on open: a damaged STATE or IDS
+    # is rebuilt (with a warning, ids only go up), a damaged META raises CorruptStoreError.
     class Log
       include Recovery
       include GroupCommit
@@ -27,7 +27,12 @@ module Herald
       DEFAULT_DIR = "herald-data"
 
       # Where the embedded log lives when nobody says: $HERALD_DIR, else ./herald-data (facade, CLI).
-      def self.default_dir = ENV.fetch("HERALD_DIR", DEFAULT_DIR)
+      # An empty HERALD_DIR is a mistake (an unset variable in a template), not "the current directory".
+      def self.default_dir
+        dir = ENV.fetch("HERALD_DIR", DEFAULT_DIR)
+        raise ConfigurationError, "HERALD_DIR is empty: name the log's directory, or unset it for ./#{DEFAULT_DIR}" if dir.empty?
+        dir
+      end
 
       attr_reader :dir, :fsync, :corrupt_records
 
@@ -37,6 +42,7 @@ module Herald
         raise ArgumentError, "Unknown fsync mode #{fsync.inspect}, expected one of #{Syncer::MODES.inspect}" unless Syncer::MODES.include?(fsync)
         raise ArgumentError, "segment_bytes must be a positive Integer, got #{segment_bytes.inspect}" unless segment_bytes.is_a?(Integer) && segment_bytes > 0
         @dir = dir.to_s
+        raise ArgumentError, "dir must name a directory, got #{dir.inspect}" if @dir.empty?
         @fsync = fsync
         @segment_bytes = segment_bytes
         @max_backlog_size = max_backlog_size
@@ -59,6 +65,7 @@ module Herald
           writable!
           locked do
             prepare_append
+            reserve(@index.last_global_id + 1)
             key = site_id ? Store.channel_key(channel, site_id) : channel
             ch = @index.channel(key)
             retention = retention_for(ch, max_backlog_size, max_backlog_age)
@@ -111,6 +118,7 @@ module Herald
         @wakeup.close
         @syncer.stop
         final_sync
+        release_ids
         @segments.each(&:close)
         @write_lock&.close
       end
@@ -154,9 +162,21 @@ module Herald
         targets = [user_ids, group_ids, client_ids] if user_ids || group_ids || client_ids
         at = created_at || Process.clock_gettime(Process::CLOCK_REALTIME)
         gid = @index.last_global_id + 1 + @staged
-        mid = ch.last_id + 1 + pending
+        mid = ((ch.last_id < @channel_floor) ? @channel_floor : ch.last_id) + 1 + pending
         Record.encode(buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
         Message.build(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
+      end
+
+      # Ids up to `last` are reserved on disk before they are handed out (Reservation); the log written so
+      # far is synced first, which bounds how far a reservation runs past the durable log.
+      def reserve(last)
+        return if last <= @reservation.reserved
+        storing { @reservation.reserve(last) { sync_before_reserving } }
+      end
+
+      def sync_before_reserving
+        segment = @segments.last
+        @syncer.sync_now(segment) unless @fsync == :never || segment.size.zero?
       end
 
       # The retention a record carries: what its publish names (the rest from the channel), else the

@@ -10,6 +10,7 @@ module Herald
       #   LOCK            flock'ed around every append and every recovery (one writer at a time, any process)
       #   META            epoch and segment size, fixed when the directory is created
       #   STATE           last ids and retention, saved before old segments are deleted (ids never go back)
+      #   IDS             how far ids may have been handed out (Reservation); OPEN: flock'ed by every open store
       #   cursors/NAME    saved positions of durable readers
       #   leases/NAME     flock'ed by the owner of a lease; freed by the kernel when the owner dies
       #   wakeup/*.sock   one datagram socket per open store, poked after every append
@@ -35,10 +36,38 @@ module Herald
           nil
         end
 
-        def read_json(name)
-          JSON.parse(File.read(join(name)))
+        # The contents of META, STATE or IDS; nil when the file does not exist.
+        def read_json(name) = Directory.read_json(join(name))
+
+        # What each JSON side file must hold. Anything else (empty, cut short, garbage, wrong types) is damage.
+        SHAPES = {
+          "META" => ->(d) { d["format"] == 1 && d["epoch"].is_a?(String) && !d["epoch"].empty? && count?(d["segment_bytes"], 1) },
+          "STATE" => ->(d) { count?(d["last_global_id"]) && d["channels"].is_a?(Hash) && d["channels"].all? { |k, v| channel?(k, v) } },
+          "IDS" => ->(d) { count?(d["reserved"]) && count?(d["floor"]) }
+        }.freeze
+
+        # Parses a side file and checks its shape; raises CorruptStoreError naming the file when it is damaged.
+        def self.read_json(path)
+          content = File.binread(path)
+          data = begin
+            JSON.parse(content.dup.force_encoding(Encoding::UTF_8))
+          rescue JSON::ParserError, EncodingError
+            raise CorruptStoreError.new("#{path} is damaged (#{content.empty? ? "empty" : "not JSON: #{preview(content)}"})", file: path)
+          end
+          return data if data.is_a?(Hash) && SHAPES.fetch(File.basename(path)).call(data)
+          raise CorruptStoreError.new("#{path} is damaged (unexpected contents: #{preview(content)})", file: path)
         rescue Errno::ENOENT
           nil
+        end
+
+        def self.preview(content) = (content.bytesize > 60) ? "#{content.byteslice(0, 60).b.inspect}..." : content.b.inspect
+
+        def self.count?(value, min = 0) = value.is_a?(Integer) && value >= min
+
+        # A STATE channel entry: "key" => [last id, max_backlog_size or nil, max_backlog_age or nil].
+        def self.channel?(key, value)
+          key.is_a?(String) && value.is_a?(Array) && value.size == 3 && count?(value[0]) &&
+            (value[1].nil? || count?(value[1], 1)) && (value[2].nil? || (value[2].is_a?(Numeric) && value[2] > 0))
         end
 
         def write_atomically(name, content)
@@ -50,6 +79,9 @@ module Herald
           end
           File.rename(tmp, target)
           fsync_dir(File.dirname(target))
+        rescue SystemCallError
+          FileUtils.rm_f(tmp) # a full disk leaves no half-written temp file behind
+          raise
         end
 
         def fsync_dir(dir = @path)

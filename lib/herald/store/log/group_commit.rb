@@ -86,6 +86,7 @@ module Herald
         # indexes them only once the write succeeded.
         def write_batch(batch)
           prepare_append
+          reserve(@index.last_global_id + batch.size)
           @batch_buffer.clear
           counts = Hash.new(0)
           staged = batch.map do |p|

@@ -36,6 +36,11 @@ module Herald
 
         def live_in?(first_id) = @live[first_id] > 0
 
+        # Ids above `id` only from now on (records may have been lost, Reservation).
+        def raise_floor(id)
+          @last_global_id = id if id > @last_global_id
+        end
+
         # Floors from a snapshot taken before old segments were deleted: ids never go back.
         def restore(state)
           @last_global_id = state.fetch("last_global_id", 0) if state.fetch("last_global_id", 0) > @last_global_id

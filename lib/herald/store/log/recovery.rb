@@ -19,7 +19,9 @@ module Herald
           @segments = []
           @directory = Directory.new(@dir)
           @write_lock = @directory.writable ? @directory.open_lock : nil
-          @write_lock ? locked { recover } : recover
+          @reservation = @write_lock && Reservation.new(@directory)
+          @channel_floor = 0
+          recover_or_let_go
           @syncer = Syncer.new(@fsync) { @segments.last }
           start_group_commit
           @wakeup = Wakeup.new(@directory.join("wakeup")) { refresh }
@@ -36,6 +38,7 @@ module Herald
             @appended = @lock.new_cond
             return if @closed
             @write_lock = @directory.writable ? @directory.open_lock : nil
+            @reservation&.reopen
             gone = @segments.reject { |segment| segment.reopen(writable: !@write_lock.nil?) }
             gone.each { |segment| @index.remove_segment(segment.first_id) }
             @segments -= gone
@@ -46,28 +49,69 @@ module Herald
           end
         end
 
+        # A log that cannot be opened (a damaged META) lets go of its files, the OPEN lock above all: held by
+        # a forgotten descriptor, it would keep the next open waiting.
+        def recover_or_let_go
+          @write_lock ? locked { recover } : recover
+        rescue
+          [*@segments, @write_lock, @reservation].each { |f| f&.close }
+          raise
+        end
+
         def recover
-          load_meta
-          state = @directory.read_json("STATE")
-          @index.restore(state) if state
           ids = @directory.segment_ids
+          load_meta(ids)
+          state = load_state(ids.first)
+          @index.restore(state) if state
           ids.each_with_index do |id, i|
             segment = add_segment(id)
             next if read_segment(segment)
             (i == ids.size - 1) ? cut_tail(segment) : corrupt(segment, segment.size)
           end
+          load_reservation(rebuild_state: state == false)
           add_segment(@index.last_global_id + 1, create: true) if @segments.empty? && @write_lock
           @directory.fsync_dir if @write_lock
         end
 
-        def load_meta
-          meta = @directory.read_json("META")
+        def load_meta(segment_ids)
+          meta = begin
+            @directory.read_json("META")
+          rescue CorruptStoreError => e
+            raise CorruptStoreError.new("#{e.message}. It holds the log's epoch and segment size and cannot be " \
+              "rebuilt from the segments: restore it from a backup, or delete it to start a new epoch (the " \
+              "messages stay; readers that compare epochs see a reset)", file: e.file)
+          end
           if meta.nil? && @write_lock
+            Herald.logger.warn "#{@directory.join("META")} is missing: a new epoch starts for the messages already stored" if segment_ids.any?
             meta = {"format" => 1, "epoch" => Store.new_epoch, "segment_bytes" => @segment_bytes}
             @directory.write_atomically("META", JSON.generate(meta))
           end
           @epoch = meta ? meta.fetch("epoch") : Store.new_epoch
           @segment_bytes = meta.fetch("segment_bytes") if meta
+        end
+
+        # STATE holds what deleted segments took with them (last ids, retention). Damaged, it is rebuilt once
+        # the segments are read (load_reservation); false says so.
+        def load_state(first_segment_id)
+          state = @directory.read_json("STATE")
+          return state if state || (first_segment_id || 1) == 1
+          raise CorruptStoreError.new("#{@directory.join("STATE")} is missing but segments before #{first_segment_id} were deleted")
+        rescue CorruptStoreError => e
+          Herald.logger.warn "#{e.message}: rebuilt from the segments; channel ids restart above the deleted " \
+            "segments' ids, and retention set by publishes whose records were all deleted is back to the default"
+          false
+        end
+
+        # Ids continue above every id that may have been handed out (Reservation). A rebuilt STATE lost the
+        # last ids of channels whose records were deleted: channel ids go above every deleted global id.
+        def load_reservation(rebuild_state:)
+          return unless @reservation
+          @index.raise_floor(@reservation.load(@index.last_global_id))
+          if rebuild_state
+            @reservation.raise_floor((@segments.first&.first_id || 1) - 1)
+            @directory.write_atomically("STATE", JSON.generate(@index.snapshot))
+          end
+          @channel_floor = @reservation.floor
         end
 
         def add_segment(first_id, create: false)
@@ -154,6 +198,24 @@ module Herald
           @segments.last&.sync unless @fsync == :never || @write_lock.nil?
         rescue SystemCallError, IOError
           nil
+        end
+
+        # The last store to close gives back the ids it reserved and did not use, once every segment is
+        # durable (:never included), so the next open carries on with the next id.
+        def release_ids
+          return unless @reservation
+          return @reservation.close if @syncer.failure
+          @lock.synchronize do
+            locked do
+              catch_up(locked: true)
+              @segments.each(&:sync)
+              @reservation.release(@index.last_global_id)
+            end
+          end
+        rescue SystemCallError, IOError, Error => e
+          Herald.logger.warn "#{@dir}: could not give back unused ids at close (#{e.message}); the next open starts above them"
+        ensure
+          @reservation&.close
         end
       end
 

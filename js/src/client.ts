@@ -1,0 +1,477 @@
+// The client: one connection for all subscriptions, a loop that picks a transport, reads messages as they
+// arrive, and decides when to connect again.
+import { Backoff, retryAfter, type BackoffOptions } from "./backoff.js";
+import { readerFor, type BodyReader } from "./framing.js";
+import { Decoder, type MessagePackDecoder } from "./msgpack.js";
+import { Subscriptions, type Callback, type Message, type ResetEvent, type Subscription } from "./subscriptions.js";
+
+/**
+ * In order of preference:
+ *  - `stream`: a chunked response read with fetch + ReadableStream, each message decoded as it arrives;
+ *  - `sse`: Server-Sent Events (EventSource; JSON; Herald only);
+ *  - `longpoll`: one reply per request, held by the server until there is something to say;
+ *  - `poll`: short polling, one immediate reply every `pollInterval`.
+ */
+export type TransportName = "stream" | "sse" | "longpoll" | "poll";
+
+export const TRANSPORTS: readonly TransportName[] = ["stream", "sse", "longpoll", "poll"];
+
+export interface HeraldOptions {
+  /** Where the app is mounted; the client talks to `${baseUrl}message-bus/...`. Default "/". */
+  baseUrl?: string;
+  /** 1-128 characters of A-Z a-z 0-9 _ . ~ -; a random 32-hex id by default. Messages published with
+   * `client_ids:` go only to the named clients. */
+  clientId?: string;
+  /** Transports to try, best first (default: all, in the order of {@link TRANSPORTS}). */
+  transports?: TransportName[];
+  /** Ask for MessagePack (default true); servers that do not speak it answer JSON. */
+  msgpack?: boolean;
+  /** Extra request headers (not sent by EventSource, which cannot). */
+  headers?: Record<string, string>;
+  /** Short polling: ms between polls when the tab is visible (default 15 000). */
+  pollInterval?: number;
+  /** Hidden tabs poll (without holding a connection) every this many ms (default 60 000; 0 keeps streaming). */
+  backgroundInterval?: number;
+  /** A stream that sends no byte within this many ms is given up for the next transport (default 3000). */
+  firstChunkTimeout?: number;
+  /** A held request is abandoned after this many ms (default 60 000; the server holds 25 s). Catches
+   * connections that died silently, e.g. across a laptop's sleep. */
+  requestTimeout?: number;
+  /** After falling back, try the best transport again after this many requests (default 30). */
+  retryBestAfter?: number;
+  /** Reconnect backoff (full jitter): `{ base: 500, cap: 30000 }` ms by default. */
+  backoff?: BackoffOptions;
+  /** Called when the server's ids went backwards on a channel (its store was reset). */
+  onReset?: (event: ResetEvent) => void;
+  /** Called for failed requests and throwing callbacks (default: console.warn / console.error). */
+  onError?: (error: unknown) => void;
+  /** The MessagePack decoder (default: Herald's own). */
+  decoder?: MessagePackDecoder;
+  /** fetch to use (default: globalThis.fetch). */
+  fetch?: typeof fetch;
+  /** subscribe() starts the client when it is stopped (default true; the MessageBus facade says false). */
+  autoStart?: boolean;
+}
+
+export interface SubscribeOptions {
+  /** Resume after this message id; -1 (default): from now; -2: the last message too; -3: the last two... */
+  lastId?: number;
+}
+
+export type Status = "started" | "stopped";
+
+type Outcome =
+  | { kind: "done"; delay: number } // a reply or stream ended normally
+  | { kind: "failed"; error: unknown } // network or server error: back off
+  | { kind: "unsupported"; reason: string } // this transport does not work here: fall back
+  | { kind: "rate-limited"; delay: number } // 429
+  | { kind: "interrupted" }; // aborted on purpose: subscriptions changed, stop, offline, visible again
+
+const MSGPACK = "application/vnd.msgpack";
+const MIN_INTERVAL = 100; // ms between requests when the last one answered at once
+
+function randomId(): string {
+  const bytes = new Uint8Array(16);
+  globalThis.crypto.getRandomValues(bytes);
+  let out = "";
+  for (const b of bytes) out += b.toString(16).padStart(2, "0");
+  return out;
+}
+
+const hasDocument = typeof document !== "undefined";
+const hasWindow = typeof window !== "undefined" && typeof window.addEventListener === "function";
+
+export class Herald {
+  readonly clientId: string;
+  readonly baseUrl: string;
+  /** The transport of the current (or last) request. */
+  transport: TransportName;
+  private options: Required<Pick<HeraldOptions, "msgpack" | "pollInterval" | "backgroundInterval" | "firstChunkTimeout" | "requestTimeout" | "retryBestAfter">>;
+  private transports: TransportName[];
+  private transportIndex = 0;
+  private requestsSinceFallback = 0;
+  private subs = new Subscriptions();
+  private backoff: Backoff;
+  private decoder: MessagePackDecoder;
+  private fetchImpl: typeof fetch;
+  private headers: Record<string, string>;
+  private onError: (error: unknown) => void;
+  private running = false;
+  private loop: Promise<void> | null = null;
+  private seq = 0;
+  private abort: (() => void) | null = null; // ends the request in flight
+  private wake: (() => void) | null = null; // ends the wait between requests
+  private offline = false;
+  private dirty = false; // interrupted between requests: the next wait is skipped
+  private hidden = false;
+  private listeners: Array<[EventTarget, string, EventListener]> = [];
+  private autoStart: boolean;
+
+  constructor(options: HeraldOptions = {}) {
+    let base = options.baseUrl ?? "/";
+    if (!base.endsWith("/")) base += "/";
+    this.baseUrl = base;
+    this.clientId = options.clientId ?? randomId();
+    if (!/^[A-Za-z0-9_.~-]{1,128}$/.test(this.clientId)) throw new TypeError("clientId must be 1-128 characters of A-Z a-z 0-9 _ . ~ -");
+    this.transports = (options.transports ?? TRANSPORTS.slice()).filter((t) => TRANSPORTS.includes(t));
+    if (this.transports.length === 0) throw new TypeError(`transports must name some of ${TRANSPORTS.join(", ")}`);
+    this.transport = this.transports[0];
+    this.options = {
+      msgpack: options.msgpack ?? true,
+      pollInterval: options.pollInterval ?? 15000,
+      backgroundInterval: options.backgroundInterval ?? 60000,
+      firstChunkTimeout: options.firstChunkTimeout ?? 3000,
+      requestTimeout: options.requestTimeout ?? 60000,
+      retryBestAfter: options.retryBestAfter ?? 30,
+    };
+    this.backoff = new Backoff(options.backoff);
+    this.decoder = options.decoder ?? new Decoder();
+    this.fetchImpl = options.fetch ?? globalThis.fetch.bind(globalThis);
+    this.headers = options.headers ?? {};
+    this.autoStart = options.autoStart ?? true;
+    this.onError = options.onError ?? ((error) => console.warn("herald:", error));
+    this.subs.onCallbackError = options.onError ?? ((error) => console.error(error));
+    if (options.onReset) this.subs.onReset = options.onReset;
+  }
+
+  /**
+   * Calls `callback(data, message)` for every message on `channel` after `lastId`, exactly once and in
+   * order, across reconnects. Starts the client if needed. Returns the function that unsubscribes.
+   */
+  subscribe<T = unknown>(channel: string, callback: Callback<T>, { lastId = -1 }: SubscribeOptions = {}): () => boolean {
+    const sub = this.subs.add(channel, callback as Callback<any>, lastId);
+    this.changed();
+    return () => this.remove(sub);
+  }
+
+  /** Removes subscriptions on `channel` (a trailing `*` matches a prefix), only `callback`'s if given. */
+  unsubscribe(channel: string, callback?: Callback<any>): boolean {
+    const glob = channel.endsWith("*");
+    const prefix = glob ? channel.slice(0, -1) : channel;
+    let removed = false;
+    for (const sub of this.subs.list()) {
+      const match = glob ? sub.channel.startsWith(prefix) : sub.channel === channel;
+      if (match && (!callback || sub.callback === callback)) removed = this.subs.remove(sub) || removed;
+    }
+    if (removed) this.changed();
+    return removed;
+  }
+
+  /** The last id received per channel (the highest among its subscriptions). */
+  lastIds(): Record<string, number> {
+    const out: Record<string, number> = {};
+    for (const sub of this.subs.list()) out[sub.channel] = this.subs.position(sub.channel);
+    return out;
+  }
+
+  get status(): Status {
+    return this.running ? "started" : "stopped";
+  }
+
+  start(): void {
+    if (this.running) return;
+    this.running = true;
+    this.listen();
+    this.loop = this.run().catch((error) => this.onError(error));
+  }
+
+  /** Ends the request in flight and every timer and listener; subscriptions stay for a later start(). */
+  async stop(): Promise<void> {
+    if (!this.running) return;
+    this.running = false;
+    for (const [target, type, fn] of this.listeners) target.removeEventListener(type, fn);
+    this.listeners = [];
+    this.interrupt();
+    await this.loop;
+    this.loop = null;
+  }
+
+  private remove(sub: Subscription): boolean {
+    const removed = this.subs.remove(sub);
+    if (removed) this.changed();
+    return removed;
+  }
+
+  // The channel set changed: the request in flight asks for the old one.
+  private changed(): void {
+    if (this.running) this.interrupt();
+    else if (this.autoStart) this.start();
+  }
+
+  private interrupt(): void {
+    this.dirty = true;
+    const abort = this.abort;
+    const wake = this.wake;
+    this.abort = null;
+    this.wake = null;
+    abort?.();
+    wake?.();
+  }
+
+  private listen(): void {
+    const on = (target: EventTarget, type: string, fn: EventListener) => {
+      target.addEventListener(type, fn);
+      this.listeners.push([target, type, fn]);
+    };
+    if (hasWindow) {
+      this.offline = typeof navigator !== "undefined" && navigator.onLine === false;
+      on(window, "offline", () => {
+        this.offline = true;
+        this.interrupt();
+      });
+      on(window, "online", () => {
+        this.offline = false;
+        this.backoff.reset();
+        this.interrupt();
+      });
+      // Leaving the page (or entering the back/forward cache): let go of the connection at once.
+      on(window, "pagehide", () => this.interrupt());
+      on(window, "pageshow", () => this.interrupt());
+    }
+    if (hasDocument) {
+      this.hidden = document.visibilityState === "hidden";
+      on(document, "visibilitychange", () => {
+        const hidden = document.visibilityState === "hidden";
+        const wasHidden = this.hidden;
+        this.hidden = hidden;
+        if (wasHidden && !hidden) this.interrupt(); // visible again: catch up now
+      });
+    }
+  }
+
+  private async run(): Promise<void> {
+    while (this.running) {
+      if (this.offline || this.subs.size === 0) {
+        this.dirty = false;
+        await this.sleep(Infinity);
+        continue;
+      }
+      this.dirty = false;
+      const transport = this.pick();
+      const started = Date.now();
+      const outcome = await this.request(transport);
+      if (!this.running) break;
+      let delay = 0;
+      switch (outcome.kind) {
+        case "done":
+          this.backoff.reset();
+          this.requestsSinceFallback++;
+          delay = Math.max(outcome.delay - (Date.now() - started), MIN_INTERVAL - (Date.now() - started), 0);
+          break;
+        case "failed":
+          this.onError(outcome.error);
+          delay = this.backoff.next();
+          break;
+        case "rate-limited":
+          delay = outcome.delay;
+          break;
+        case "unsupported":
+          if (this.transportIndex < this.transports.length - 1) {
+            this.transportIndex++;
+            this.requestsSinceFallback = 0;
+          } else {
+            this.onError(new Error(`${transport}: ${outcome.reason}`));
+            delay = this.backoff.next();
+          }
+          break;
+        case "interrupted":
+          break;
+      }
+      if (delay > 0) await this.sleep(delay);
+    }
+  }
+
+  private pick(): TransportName {
+    if (this.transportIndex > 0 && this.requestsSinceFallback >= this.options.retryBestAfter) {
+      this.transportIndex = 0;
+      this.requestsSinceFallback = 0;
+    }
+    // A hidden tab holds no connection: it polls now and then (and at once when it is shown again).
+    if (this.hidden && this.options.backgroundInterval > 0) return (this.transport = "poll");
+    return (this.transport = this.transports[this.transportIndex]);
+  }
+
+  // Waits `ms` unless interrupted first.
+  private sleep(ms: number): Promise<void> {
+    return new Promise((resolve) => {
+      if (this.dirty) return resolve();
+      const timer = ms === Infinity ? null : setTimeout(done, ms);
+      const self = this;
+      function done() {
+        if (timer !== null) clearTimeout(timer);
+        if (self.wake === done) self.wake = null;
+        resolve();
+      }
+      this.wake = done;
+    });
+  }
+
+  private url(poll = false): string {
+    return `${this.baseUrl}message-bus/${this.clientId}/poll${poll ? "?dlp=t" : ""}`;
+  }
+
+  private body(): string {
+    const parts: string[] = [];
+    this.subs.request().forEach((lastId, channel) => parts.push(`${encodeURIComponent(channel)}=${lastId}`));
+    parts.push(`__seq=${++this.seq}`);
+    return parts.join("&");
+  }
+
+  private request(transport: TransportName): Promise<Outcome> {
+    if (transport === "sse") return this.sse();
+    return this.fetchRequest(transport);
+  }
+
+  private async fetchRequest(transport: TransportName): Promise<Outcome> {
+    const controller = new AbortController();
+    let why: "interrupted" | "timeout" | "first-chunk" | null = null;
+    const end = (reason: typeof why) => {
+      if (why === null) why = reason;
+      controller.abort();
+    };
+    this.abort = () => end("interrupted");
+    const streaming = transport === "stream";
+    const timeout = transport === "poll" ? 30000 : this.options.requestTimeout;
+    const timer = setTimeout(() => end("timeout"), timeout);
+    let firstChunk: ReturnType<typeof setTimeout> | null = null;
+    const headers: Record<string, string> = {
+      "Content-Type": "application/x-www-form-urlencoded",
+      "X-SILENCE-LOGGER": "true",
+      ...this.headers,
+    };
+    if (this.options.msgpack) headers.Accept = `${MSGPACK}, application/json;q=0.9`;
+    if (!streaming) headers["Dont-Chunk"] = "true";
+    const started = Date.now();
+    try {
+      const response = await this.fetchImpl(this.url(transport === "poll"), {
+        method: "POST",
+        headers,
+        body: this.body(),
+        signal: controller.signal,
+        credentials: "same-origin",
+        cache: "no-store",
+      });
+      if (response.status === 429) {
+        await response.body?.cancel().catch(() => {});
+        return { kind: "rate-limited", delay: retryAfter(response.headers.get("retry-after"), 15000, MIN_INTERVAL) };
+      }
+      if (!response.ok) {
+        await response.body?.cancel().catch(() => {});
+        return { kind: "failed", error: new Error(`HTTP ${response.status} from ${this.url()}`) };
+      }
+      let received = 0;
+      const reader = readerFor(response.headers.get("content-type"), (m) => {
+        received++;
+        this.subs.deliver(m);
+      }, this.decoder);
+      if (!response.body) {
+        if (streaming) return { kind: "unsupported", reason: "no response body stream" };
+        reader.push(new Uint8Array(await response.arrayBuffer()));
+        reader.finish();
+      } else {
+        if (streaming) firstChunk = setTimeout(() => end("first-chunk"), this.options.firstChunkTimeout);
+        await this.drain(response.body, reader, () => {
+          if (firstChunk !== null) clearTimeout(firstChunk);
+          firstChunk = null;
+        });
+      }
+      // A server that does not hold requests (message_bus without rack.hijack) answers an empty reply at
+      // once: poll it at the polling pace rather than spin.
+      const held = received > 0 || Date.now() - started > 1000;
+      return { kind: "done", delay: transport === "poll" || !held ? this.pollDelay() : 0 };
+    } catch (error) {
+      if (why === "interrupted") return { kind: "interrupted" };
+      if (why === "first-chunk") return { kind: "unsupported", reason: `no bytes within ${this.options.firstChunkTimeout} ms (a buffering proxy?)` };
+      if (why === "timeout") return { kind: "failed", error: new Error(`no reply within ${timeout} ms`) };
+      return { kind: "failed", error };
+    } finally {
+      clearTimeout(timer);
+      if (firstChunk !== null) clearTimeout(firstChunk);
+      this.abort = null;
+    }
+  }
+
+  private async drain(body: ReadableStream<Uint8Array>, reader: BodyReader, onBytes: () => void): Promise<void> {
+    const stream = body.getReader();
+    try {
+      for (;;) {
+        const { value, done } = await stream.read();
+        if (done) break;
+        if (value && value.length) {
+          onBytes();
+          reader.push(value);
+        }
+      }
+      reader.finish();
+    } finally {
+      stream.releaseLock();
+    }
+  }
+
+  private pollDelay(): number {
+    return this.hidden && this.options.backgroundInterval > 0 ? this.options.backgroundInterval : this.options.pollInterval;
+  }
+
+  // Server-Sent Events. The client reconnects itself (not EventSource) so that it resumes from its own
+  // per-channel ids: the stream the server closes after 25 s, or a broken one, ends the request.
+  private sse(): Promise<Outcome> {
+    if (typeof EventSource === "undefined") return Promise.resolve({ kind: "unsupported", reason: "no EventSource" });
+    const query: string[] = [];
+    this.subs.request().forEach((lastId, channel) => query.push(`${encodeURIComponent(channel)}=${lastId}`));
+    const url = `${this.baseUrl}message-bus/${this.clientId}/sse?${query.join("&")}`;
+    return new Promise<Outcome>((resolve) => {
+      const source = new EventSource(url, { withCredentials: false });
+      let opened = false;
+      let settled = false;
+      const timer = setTimeout(() => finish({ kind: "failed", error: new Error("SSE: no end within requestTimeout") }), this.options.requestTimeout);
+      const finish = (outcome: Outcome) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        source.close();
+        if (this.abort === interrupt) this.abort = null;
+        resolve(outcome);
+      };
+      const interrupt = () => finish({ kind: "interrupted" });
+      this.abort = interrupt;
+      const deliver = (event: MessageEvent) => {
+        try {
+          this.subs.deliver(JSON.parse(event.data));
+        } catch (error) {
+          this.onError(error);
+        }
+      };
+      source.onopen = () => {
+        opened = true;
+      };
+      source.onmessage = deliver;
+      source.addEventListener("status", deliver as EventListener);
+      source.onerror = () => {
+        if (opened) return finish({ kind: "done", delay: 0 });
+        // Never opened: the server is down, or does not speak SSE (message_bus answers JSON). Ask it.
+        source.close();
+        this.probeSse(url).then(finish);
+      };
+    });
+  }
+
+  private async probeSse(url: string): Promise<Outcome> {
+    const controller = new AbortController();
+    const timer = setTimeout(() => controller.abort(), 5000);
+    try {
+      const response = await this.fetchImpl(url, { headers: { Accept: "text/event-stream" }, signal: controller.signal, cache: "no-store" });
+      const type = response.headers.get("content-type") || "";
+      controller.abort();
+      if (response.status === 429) return { kind: "rate-limited", delay: retryAfter(response.headers.get("retry-after"), 15000, MIN_INTERVAL) };
+      if (response.ok && type.startsWith("text/event-stream")) return { kind: "failed", error: new Error("SSE connection failed") };
+      if (response.status >= 500) return { kind: "failed", error: new Error(`HTTP ${response.status}`) };
+      return { kind: "unsupported", reason: `the server answers ${response.status} ${type}, not an event stream` };
+    } catch (error) {
+      return { kind: "failed", error };
+    } finally {
+      clearTimeout(timer);
+    }
+  }
+}
+
+export type { Message, Callback, ResetEvent };

@@ -1,0 +1,184 @@
+// Turning response bytes into messages, as they arrive. Three body shapes (PROTOCOL.md 1.4, 1.5 and
+// Herald's MessagePack addition):
+//   application/vnd.msgpack     a sequence of MessagePack arrays of message maps (one for a poll reply)
+//   text/plain (a JSON stream)  JSON arrays, each followed by "\r\n|\r\n" ("\r\n||\r\n" escapes it inside)
+//   application/json            one JSON array, the whole body
+import { Decoder, INCOMPLETE, type MessagePackDecoder } from "./msgpack.js";
+
+/** What every reader calls for each message (or `/__status` entry), in order. */
+export type Sink = (message: unknown) => void;
+
+export interface BodyReader {
+  push(chunk: Uint8Array): void;
+  /** The body ended; throws if it ended in the middle of something. */
+  finish(): void;
+}
+
+export const SEPARATOR = "\r\n|\r\n";
+const ESCAPED_SEPARATOR = /\r\n\|\|\r\n/g;
+
+/**
+ * MessagePack: each element of a top-level array goes to the sink as soon as its bytes are in, so the
+ * first message of a large backlog is delivered while the rest is still arriving.
+ */
+export class MessagePackReader implements BodyReader {
+  private buf: Uint8Array = new Uint8Array(0);
+  private len = 0; // bytes of buf in use
+  private pos = 0; // next unread byte
+  private left = 0; // elements of the current array not yet read
+  private stuck = false; // the last attempt ran out of bytes: check completeness cheaply before decoding again
+
+  constructor(private sink: Sink, private decoder: MessagePackDecoder = new Decoder()) {}
+
+  push(chunk: Uint8Array): void {
+    this.append(chunk);
+    const d = this.decoder;
+    for (;;) {
+      if (this.left === 0) {
+        if (this.pos >= this.len) break;
+        const header = this.arrayHeader();
+        if (header < 0) break;
+        this.left = header;
+        continue;
+      }
+      if (this.stuck && d instanceof Decoder && d.skip(this.buf, this.pos, this.len) < 0) break;
+      const value = d.decode(this.buf, this.pos, this.len);
+      if (value === INCOMPLETE) {
+        this.stuck = true;
+        break;
+      }
+      this.stuck = false;
+      this.pos = d.end;
+      this.left--;
+      this.sink(value);
+    }
+  }
+
+  finish(): void {
+    if (this.left > 0 || this.pos < this.len) throw new Error("MessagePack body ended in the middle of a message");
+  }
+
+  // Keeps only the unread tail; a chunk that arrives with nothing pending is used as is, without a copy.
+  private append(chunk: Uint8Array): void {
+    const rest = this.len - this.pos;
+    if (rest === 0) {
+      this.buf = chunk;
+      this.len = chunk.length;
+      this.pos = 0;
+      return;
+    }
+    if (this.buf.length - this.len >= chunk.length && this.pos === 0) {
+      this.buf.set(chunk, this.len);
+      this.len += chunk.length;
+      return;
+    }
+    const size = Math.max(rest + chunk.length, rest * 2);
+    const next = new Uint8Array(size);
+    next.set(this.buf.subarray(this.pos, this.len), 0);
+    next.set(chunk, rest);
+    this.buf = next;
+    this.len = rest + chunk.length;
+    this.pos = 0;
+  }
+
+  // The element count of the array starting at pos (and moves past its header); -1 if incomplete.
+  private arrayHeader(): number {
+    const b = this.buf;
+    const p = this.pos;
+    const t = b[p];
+    if (t >= 0x90 && t <= 0x9f) {
+      this.pos = p + 1;
+      return t & 0x0f;
+    }
+    if (t === 0xdc) {
+      if (p + 3 > this.len) return -1;
+      this.pos = p + 3;
+      return (b[p + 1] << 8) | b[p + 2];
+    }
+    if (t === 0xdd) {
+      if (p + 5 > this.len) return -1;
+      this.pos = p + 5;
+      return ((b[p + 1] << 24) >>> 0) + ((b[p + 2] << 16) | (b[p + 3] << 8) | b[p + 4]);
+    }
+    throw new Error(`MessagePack body: expected an array, got type byte 0x${t.toString(16)}`);
+  }
+}
+
+/** message_bus's chunked JSON stream: segments split on the separator, each one JSON array. */
+export class JsonStreamReader implements BodyReader {
+  private text = "";
+  private scanned = 0;
+  private utf8 = new TextDecoder("utf-8");
+
+  constructor(private sink: Sink) {}
+
+  push(chunk: Uint8Array): void {
+    this.text += this.utf8.decode(chunk, { stream: true });
+    let start = 0;
+    for (;;) {
+      const at = this.text.indexOf(SEPARATOR, Math.max(start, this.scanned));
+      if (at < 0) break;
+      this.segment(this.text.slice(start, at));
+      start = at + SEPARATOR.length;
+    }
+    if (start > 0) this.text = this.text.slice(start);
+    // A separator may straddle two chunks: look again from its possible start next time.
+    this.scanned = Math.max(0, this.text.length - (SEPARATOR.length - 1));
+  }
+
+  finish(): void {
+    this.text += this.utf8.decode();
+    if (this.text.trim() !== "") throw new Error("JSON stream ended in the middle of a segment");
+  }
+
+  private segment(json: string): void {
+    if (json.indexOf("||") >= 0) json = json.replace(ESCAPED_SEPARATOR, SEPARATOR);
+    deliverArray(JSON.parse(json), this.sink);
+  }
+}
+
+/** A plain JSON reply: the whole body is one array. */
+export class JsonBodyReader implements BodyReader {
+  private parts: Uint8Array[] = [];
+
+  constructor(private sink: Sink) {}
+
+  push(chunk: Uint8Array): void {
+    this.parts.push(chunk);
+  }
+
+  finish(): void {
+    const body = new TextDecoder("utf-8").decode(concat(this.parts));
+    this.parts = [];
+    if (body.trim() === "") return;
+    deliverArray(JSON.parse(body), this.sink);
+  }
+}
+
+function deliverArray(value: unknown, sink: Sink): void {
+  if (!Array.isArray(value)) throw new Error("expected a JSON array of messages");
+  for (let i = 0; i < value.length; i++) sink(value[i]);
+}
+
+function concat(parts: Uint8Array[]): Uint8Array {
+  if (parts.length === 1) return parts[0];
+  let size = 0;
+  for (const p of parts) size += p.length;
+  const out = new Uint8Array(size);
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+/** The reader for a response's content type. */
+export function readerFor(contentType: string | null, sink: Sink, decoder?: MessagePackDecoder): BodyReader {
+  // message_bus's hijacked streams repeat the content type: "application/json; charset=utf-8, text/plain;
+  // charset=utf-8" (a browser joins the two headers). Streaming wins, as in message-bus.js.
+  const type = (contentType || "").toLowerCase();
+  if (type.includes("application/vnd.msgpack")) return new MessagePackReader(sink, decoder);
+  if (type.includes("application/json") && !type.includes("text/plain")) return new JsonBodyReader(sink);
+  return new JsonStreamReader(sink);
+}

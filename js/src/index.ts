@@ -1,0 +1,12 @@
+export { Herald, TRANSPORTS } from "./client.js";
+export type { HeraldOptions, SubscribeOptions, Status, TransportName } from "./client.js";
+export type { Message, Callback, ResetEvent } from "./subscriptions.js";
+export { Subscriptions, STATUS_CHANNEL } from "./subscriptions.js";
+export { Backoff, retryAfter } from "./backoff.js";
+export type { BackoffOptions } from "./backoff.js";
+export { Decoder, INCOMPLETE, ExtValue } from "./msgpack.js";
+export type { MessagePackDecoder } from "./msgpack.js";
+export { MessagePackReader, JsonStreamReader, JsonBodyReader, readerFor, SEPARATOR } from "./framing.js";
+export type { BodyReader, Sink } from "./framing.js";
+export { createMessageBus } from "./facade.js";
+export type { MessageBusFacade, MessageBusCallback } from "./facade.js";

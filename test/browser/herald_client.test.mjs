@@ -1,0 +1,307 @@
+// Herald's own browser client (js/, served as /message-bus/herald.js) in headless Chromium against a real
+// server: every transport with MessagePack and JSON and real text; a server killed and restarted
+// mid-stream (every message exactly once, in order); a store reset reported; targeted messages only for
+// their user; message_bus's own middleware (JSON, SSE falling back); the MessageBus facade; stop().
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { readFileSync } from "node:fs";
+import { join } from "node:path";
+import { startServer, launchBrowser, ROOT, IMPL } from "./helpers.mjs";
+
+const SCRIPT = readFileSync(join(ROOT, "lib/herald/rack/herald.js"), "utf8");
+const herald = IMPL === "herald";
+const skip = !herald && "needs Herald's server (HERALD_TEST_IMPL)";
+
+let server;
+let browser;
+
+before(async () => {
+  if (!herald) return;
+  [server, browser] = await Promise.all([startServer({ userCookie: "user_id" }), launchBrowser()]);
+});
+
+after(async () => {
+  await shared?.context().close();
+  await browser?.close();
+  if (!server) return;
+  const exit = await server.stop();
+  assert.equal(exit?.code, 0, "server should exit cleanly on SIGTERM");
+});
+
+// Text that breaks naive clients: non-ASCII, emoji (astral and joined), NUL, the chunk separator, long.
+const SAMPLES = [
+  "plain ascii",
+  { text: "héllo wörld — 日本語 🎉👩‍👩‍👧", name: "zoë" },
+  "nul \u0000 inside",
+  "separator \r\n|\r\n and its escape \r\n||\r\n",
+  "",
+  "long ✓".repeat(2000),
+  { nested: [1, -2, 3.5, null, true, { deep: "ü" }], empty: {}, list: [] },
+];
+
+// A page on the server's origin with the client loaded; `window.got[channel]` collects deliveries and
+// `window.responses` the content type of each reply.
+async function heraldPage(context, url, { viaUrl = false } = {}) {
+  const page = await context.newPage();
+  page.on("pageerror", (error) => console.error("page error:", error));
+  if (process.env.DEBUG_PAGE) page.on("console", (m) => console.log("page:", m.text()));
+  if (process.env.DEBUG_PAGE) page.on("request", (r) => console.log("req:", r.method(), r.url(), JSON.stringify(r.headers()), r.postData()));
+  if (process.env.DEBUG_PAGE) page.on("requestfailed", (r) => console.log("req failed:", r.url(), r.failure()?.errorText));
+  await page.goto(`${url}/blank`);
+  if (viaUrl) await page.addScriptTag({ url: "/message-bus/herald.js" });
+  else await page.addScriptTag({ content: SCRIPT });
+  await page.evaluate(() => {
+    window.got = {};
+    window.resets = [];
+    window.errors = [];
+  });
+  return page;
+}
+
+async function startClient(page, options) {
+  await page.evaluate((options) => {
+    window.bus = new window.Herald({
+      backoff: { base: 100, cap: 1000 },
+      onReset: (e) => window.resets.push(e),
+      onError: (e) => window.errors.push(String(e && e.message || e)),
+      ...options,
+    });
+  }, options);
+}
+
+async function subscribe(page, channel, lastId = -1) {
+  await page.evaluate(([channel, lastId]) => {
+    window.got[channel] = [];
+    window.bus.subscribe(channel, (data, m) => window.got[channel].push({ data, id: m.message_id, gid: m.global_id }), { lastId });
+  }, [channel, lastId]);
+  // Subscribed "from now": the server's status gives the position; from then on nothing can be missed.
+  if (lastId === -1) await page.waitForFunction((c) => (window.bus.lastIds()[c] ?? -1) >= 0, channel, { timeout: 10000, polling: 50 });
+}
+
+async function waitFor(page, channel, count, timeout = 15000) {
+  await page.waitForFunction(([c, n]) => (window.got[c] || []).length >= n, [channel, count], { timeout, polling: 50 });
+  return page.evaluate((c) => window.got[c], channel);
+}
+
+function watchTypes(page) {
+  const types = [];
+  const record = (r) => {
+    if (r.url().includes("/message-bus/") && !r.url().endsWith("herald.js")) types.push(r.headers()["content-type"]);
+  };
+  page.on("response", record);
+  types.done = () => page.off("response", record);
+  return types;
+}
+
+// One page for the transport cases (a new page costs seconds on a loaded machine); each case makes its
+// own client and stops it.
+let shared;
+async function sharedPage() {
+  if (!shared) shared = await heraldPage(await browser.newContext(), server.url);
+  await shared.evaluate(() => {
+    window.got = {};
+    window.errors = [];
+  });
+  return shared;
+}
+
+let channelCount = 0;
+const fresh = (name) => `/hc/${name}/${++channelCount}`;
+
+const CASES = [
+  ["stream", true, "application/vnd.msgpack"],
+  ["stream", false, "text/plain; charset=utf-8"],
+  ["sse", false, "text/event-stream"],
+  ["longpoll", true, "application/vnd.msgpack"],
+  ["longpoll", false, "application/json; charset=utf-8"],
+  ["poll", true, "application/vnd.msgpack"],
+  ["poll", false, "application/json; charset=utf-8"],
+];
+
+for (const [transport, msgpack, type] of CASES) {
+  test(`${transport} with ${msgpack ? "MessagePack" : "JSON"}: live messages and a backlog, real text, in order`, { skip }, async () => {
+    const page = await sharedPage();
+    const types = watchTypes(page);
+    await startClient(page, { transports: [transport], msgpack, pollInterval: 200 });
+    const channel = fresh(transport);
+    await subscribe(page, channel);
+    const ids = [];
+    for (const data of SAMPLES) ids.push(await server.publish(channel, data));
+    const got = await waitFor(page, channel, SAMPLES.length);
+    assert.deepEqual(got.map((g) => g.data), SAMPLES);
+    assert.deepEqual(got.map((g) => g.id), ids);
+
+    // A second subscription from id 0 on another channel: a backlog read in one go.
+    const backlog = fresh(`${transport}-backlog`);
+    for (const data of SAMPLES) await server.publish(backlog, data);
+    await subscribe(page, backlog, 0);
+    assert.deepEqual((await waitFor(page, backlog, SAMPLES.length)).map((g) => g.data), SAMPLES);
+    assert.equal(await page.evaluate(() => window.bus.transport), transport);
+    assert.ok(types.includes(type), `replies were ${type}: ${types}`);
+    if (msgpack) assert.ok(!types.some((t) => t.startsWith("application/json")), `no JSON reply: ${types}`);
+    await page.evaluate(() => window.bus.stop());
+    types.done();
+    assert.deepEqual(await page.evaluate(() => window.errors), []);
+  });
+}
+
+test("kill -9 and restart the server mid-stream: every message exactly once, in order", { skip, timeout: 90000 }, async () => {
+  const first = await startServer({});
+  const context = await browser.newContext();
+  const page = await heraldPage(context, first.url);
+  await startClient(page, {});
+  const channel = "/hc/restart";
+  await subscribe(page, channel, 0);
+  const sent = [];
+  const publishSome = async (srv, n) => {
+    for (let i = 0; i < n; i++) sent.push(await srv.publish(channel, { n: sent.length + 1, text: `message ${sent.length + 1} ✓ 🎉` }));
+  };
+  await publishSome(first, 40);
+  await waitFor(page, channel, 20);
+  await first.stop({ signal: "SIGKILL", keepDir: true });
+  await new Promise((r) => setTimeout(r, 1500)); // the client retries (and fails) against nothing
+  const second = await startServer({ port: first.port, dir: first.dir });
+  try {
+    await publishSome(second, 40);
+    const got = await waitFor(page, channel, 80, 30000);
+    await new Promise((r) => setTimeout(r, 500)); // nothing more arrives
+    const all = await page.evaluate((c) => window.got[c], channel);
+    assert.equal(all.length, 80, "no duplicates");
+    assert.deepEqual(all.map((g) => g.data.n), Array.from({ length: 80 }, (_, i) => i + 1));
+    assert.deepEqual(all.map((g) => g.id), sent);
+    assert.equal(got[79].data.text, "message 80 ✓ 🎉");
+    assert.equal(await page.evaluate(() => window.bus.transport), "stream", "a dead server is not a reason to fall back");
+    const errors = await page.evaluate(() => window.errors);
+    assert.ok(errors.length >= 1, "the failed reconnects were reported");
+    assert.deepEqual(await page.evaluate(() => window.resets), []);
+
+    // Now the store is wiped (a new, empty directory on the same port): ids go backwards, and the app hears of it.
+    await second.stop({ keepDir: false });
+    const third = await startServer({ port: first.port });
+    try {
+      await page.waitForFunction(() => window.resets.length > 0, null, { timeout: 20000, polling: 50 });
+      assert.deepEqual(await page.evaluate(() => window.resets), [{ channel, lastId: 80, serverLastId: 0 }]);
+      await third.publish(channel, { n: "after reset" });
+      const after = await waitFor(page, channel, 81);
+      assert.deepEqual(after[80], { data: { n: "after reset" }, id: 1, gid: after[80].gid });
+    } finally {
+      await third.stop();
+    }
+  } finally {
+    await page.evaluate(() => window.bus.stop()).catch(() => {});
+    await context.close();
+    await second.stop().catch(() => {});
+  }
+});
+
+test("targeted messages reach only their user", { skip }, async () => {
+  const pages = [];
+  for (const user of ["1", "2"]) {
+    const context = await browser.newContext();
+    await context.addCookies([{ name: "user_id", value: user, url: server.url }]);
+    const page = await heraldPage(context, server.url);
+    await startClient(page, {});
+    pages.push(page);
+  }
+  const channel = fresh("targeted");
+  for (const page of pages) await subscribe(page, channel);
+  await server.publish(channel, "for user 1 only", { user_ids: [1] });
+  await server.publish(channel, "for everyone");
+  const one = await waitFor(pages[0], channel, 2);
+  const two = await waitFor(pages[1], channel, 1);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.deepEqual(one.map((g) => g.data), ["for user 1 only", "for everyone"]);
+  assert.deepEqual((await pages[1].evaluate((c) => window.got[c], channel)).map((g) => g.data), ["for everyone"]);
+  assert.equal(two.length, 1);
+  for (const page of pages) await page.context().close();
+});
+
+test("against message_bus's own middleware: JSON (no MessagePack offered), and SSE falls back to long polling", { skip, timeout: 60000 }, async () => {
+  const mb = await startServer({ impl: "message_bus" });
+  const context = await browser.newContext();
+  try {
+    for (const transports of [["stream"], ["sse", "longpoll"]]) {
+      const page = await heraldPage(context, mb.url);
+      const types = watchTypes(page);
+      await startClient(page, { transports });
+      const channel = fresh(`mb-${transports[0]}`);
+      await subscribe(page, channel);
+      for (const data of SAMPLES) await mb.publish(channel, data);
+      assert.deepEqual((await waitFor(page, channel, SAMPLES.length)).map((g) => g.data), SAMPLES);
+      assert.ok(types.every((t) => !t.includes("msgpack")), types.join());
+      assert.equal(await page.evaluate(() => window.bus.transport), transports.at(-1));
+      await page.evaluate(() => window.bus.stop());
+      await page.close();
+    }
+  } finally {
+    await context.close();
+    await mb.stop();
+  }
+});
+
+test("the MessageBus facade: a page written for message-bus.js, served /message-bus/herald.js", { skip }, async () => {
+  const context = await browser.newContext();
+  const page = await heraldPage(context, server.url, { viaUrl: true });
+  const channel = fresh("facade");
+  assert.equal(await page.evaluate(() => window.MessageBus.status()), "stopped");
+  await page.evaluate((channel) => {
+    window.got.facade = [];
+    window.MessageBus.baseUrl = "/";
+    window.MessageBus.subscribe(channel, (data, globalId, messageId) => window.got.facade.push({ data, globalId, messageId }));
+  }, channel);
+  assert.equal(await page.evaluate(() => window.MessageBus.status()), "started");
+  await page.waitForFunction((c) => (window.MessageBus.herald.lastIds()[c] ?? -1) >= 0, channel, { polling: 50 });
+  const id = await server.publish(channel, "via the facade ✓");
+  const got = await waitFor(page, "facade", 1);
+  assert.equal(got[0].data, "via the facade ✓");
+  assert.equal(got[0].messageId, id);
+  assert.ok(got[0].globalId >= id);
+  assert.equal(await page.evaluate((c) => window.MessageBus.unsubscribe(c.slice(0, 4) + "*"), channel), true);
+  await server.publish(channel, "not delivered");
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal((await page.evaluate(() => window.got.facade)).length, 1);
+  await page.evaluate(() => window.MessageBus.stop());
+  assert.equal(await page.evaluate(() => window.MessageBus.status()), "stopped");
+  await context.close();
+});
+
+test("stop() leaves no request, timer or listener behind", { skip }, async () => {
+  const context = await browser.newContext();
+  // Count the page's live timers and listeners, from before the client loads.
+  await context.addInitScript(() => {
+    const live = new Set();
+    const { setTimeout: set, clearTimeout: clear } = window;
+    window.setTimeout = (fn, ms, ...args) => {
+      const id = set(() => { live.delete(id); typeof fn === "function" && fn(...args); }, ms);
+      live.add(id);
+      return id;
+    };
+    window.clearTimeout = (id) => { live.delete(id); clear(id); };
+    window.liveTimers = () => live.size;
+    let listeners = 0;
+    for (const target of [window, document]) {
+      const add = target.addEventListener.bind(target);
+      const remove = target.removeEventListener.bind(target);
+      target.addEventListener = (...a) => { listeners++; add(...a); };
+      target.removeEventListener = (...a) => { listeners--; remove(...a); };
+    }
+    window.liveListeners = () => listeners;
+  });
+  const page = await heraldPage(context, server.url);
+  const requests = [];
+  page.on("request", (r) => r.url().includes("/message-bus/") && requests.push(r.url()));
+  const before = await page.evaluate(() => [window.liveTimers(), window.liveListeners()]);
+  await startClient(page, { transports: ["poll"], pollInterval: 300 });
+  await subscribe(page, fresh("stop"));
+  await new Promise((r) => setTimeout(r, 700));
+  assert.ok(requests.length >= 2, "it was polling");
+  assert.ok(await page.evaluate(() => window.liveListeners()) > before[1]);
+  await page.evaluate(() => window.bus.stop());
+  const after = await page.evaluate(() => [window.liveTimers(), window.liveListeners()]);
+  assert.deepEqual(after, before, "timers and listeners back to what the page had");
+  const count = requests.length;
+  await new Promise((r) => setTimeout(r, 1000));
+  assert.equal(requests.length, count, "no request after stop()");
+  assert.equal(await page.evaluate(() => window.bus.status), "stopped");
+  await context.close();
+});
