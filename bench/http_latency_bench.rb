@@ -31,7 +31,8 @@ load_after = Bench.loadavg
 
 rows = rounds.map do |name, list|
   ms = list.flat_map(&:first).sort
-  p99s = list.map { |round, _| Bench.percentile(round.sort, 0.99) }
+  p99s = list.map { |round, _| Bench.percentile(round.sort, 0.99) }.compact
+  warn "#{name}: rounds #{list.map { |round, missed| "#{round.size} answered, #{missed} missed" }.join("; ")}" if ENV["BENCH_DEBUG"]
   [name, ms, list.sum(&:last), p99s]
 end
 base = rows.first
@@ -45,6 +46,7 @@ puts "| | p50 | p99 | per-round p99 (min-max) | max | p99 vs #{base[0]} | missed
 rows.each do |name, ms, missed, p99s|
   p50, p99 = Bench.percentile(ms, 0.5), Bench.percentile(ms, 0.99)
   base_p99 = Bench.percentile(base[1], 0.99)
+  next puts "| #{name} | - | - | - | - | - | #{missed} |" if ms.empty?
   puts format("| %s | %.1f ms | %.1f ms | %.1f-%.1f ms | %.1f ms | %.2fx | %d |", name, p50, p99, p99s.min, p99s.max,
     ms.last, p99 / base_p99, missed)
 end
