@@ -20,22 +20,26 @@ module Herald
       # Reads are retried with backoff after a lost connection: a read has no effect to repeat, and readers
       # keep their place. Writes only when the server refused the command unrun (a publish may have been
       # stored before a connection died). A timeout is not retried: the server is stalled, and the caller
-      # was promised an answer within `timeout`.
+      # was promised an answer within `timeout`. No retry starts once the backoff's total has passed, so a
+      # call ends within about RETRIES.sum + connect_timeout + timeout even when each attempt is slow.
       def read(&block) = with_retries(:retry_read?, &block)
 
       def write(&block) = with_retries(:retry_write?, &block)
 
       def with_retries(retryable)
         attempt = 0
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         begin
           @pool.with { |conn| yield conn }
         rescue => e
-          raise herald_error(e) if attempt >= self.class::RETRIES.size || @closed || !send(retryable, e)
+          raise herald_error(e) if attempt >= self.class::RETRIES.size || @closed || !send(retryable, e) || retries_spent?(started)
           sleep self.class::RETRIES[attempt]
           attempt += 1
           retry
         end
       end
+
+      def retries_spent?(started) = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started > self.class::RETRIES.sum
     end
   end
 end
