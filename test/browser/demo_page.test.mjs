@@ -25,10 +25,13 @@ after(async () => {
 test("the demo page shows messages from the command line and from its form", { skip: IMPL !== "herald" && "needs herald server (HERALD_TEST_IMPL)" }, async () => {
   const context = await browser.newContext({ viewport: { width: 900, height: 640 } });
   const page = await context.newPage();
-  const firstPoll = page.waitForResponse((r) => r.url().includes("/message-bus/"));
+  const firstPoll = page.waitForResponse((r) => r.url().includes("/message-bus/") && r.url().includes("/poll"));
   await page.goto(server.url);
   await firstPoll;
   assert.equal(await page.title(), "Herald live demo");
+  // The page is written for MessageBus; Herald's client provides it, streaming MessagePack.
+  assert.equal(await page.evaluate(() => window.MessageBus.herald?.transport), "stream");
+  assert.equal((await firstPoll).headers()["content-type"], "application/vnd.msgpack");
 
   const text = `hello from the command line ${Date.now()}`;
   const id = await server.cliPublish("/chat", { text });

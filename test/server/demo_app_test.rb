@@ -20,7 +20,10 @@ class DemoAppTest < Minitest::Test
     page = request.get("/")
     assert_equal 200, page.status
     assert_equal "text/html; charset=utf-8", page.content_type
-    assert_includes page.body, %(<script src="/assets/message-bus.js">)
+    # The page loads Herald's client (served by the middleware in front, see test/rack/client_script_test.rb);
+    # message_bus's client stays available for the tests and pages that compare the two.
+    assert_includes page.body, %(<script src="/message-bus/herald.js">)
+    refute_includes page.body, "/assets/message-bus.js"
     client = request.get("/assets/message-bus.js")
     assert_equal 200, client.status
     node_modules = File.expand_path("../../node_modules/message-bus-client/assets/message-bus.js", __dir__)

@@ -110,6 +110,29 @@ module StoreContract
     assert_equal ["y"], s.backlog("/new", 0).map(&:data)
   end
 
+  # Found by the model test (test/store/model_test.rb): Memory returned messages that had left their
+  # channel's backlog when an older one was still retained, and Redis/PostgreSQL applied `limit` before
+  # leaving out expired messages, so a page could come back short or empty with retained messages after it.
+  def test_global_backlog_leaves_out_what_left_its_channel_even_between_retained_messages
+    s = store(max_backlog_size: 2)
+    first = append("/keep", "first", store: s)
+    4.times { |i| append("/trim", i, store: s) }
+    3.times { |i| append("/old", "old#{i}", store: s, created_at: Time.now.to_f - 10, max_backlog_age: 5) }
+    append("/keep", "last", store: s)
+    assert_equal ["first", 2, 3, "last"], s.global_backlog(0).map(&:data)
+    assert_equal ["first", 2], s.global_backlog(0, limit: 2).map(&:data)
+    assert_equal [2, 3, "last"], s.global_backlog(first.global_id, limit: 3).map(&:data)
+  end
+
+  # Found by the model test: Redis trims a channel in batches (once it is size/16 over), so raising the
+  # channel's max_backlog_size brought back messages the smaller size had already dropped.
+  def test_raising_max_backlog_size_brings_nothing_back
+    40.times { |i| append("/grow", i, max_backlog_size: 32) }
+    append("/grow", 40, max_backlog_size: 100)
+    assert_equal (8..40).to_a, @store.backlog("/grow", 0).map(&:data)
+    refute_includes @store.global_backlog(0).map(&:data), 7
+  end
+
   def test_invalid_retention_is_an_argument_error
     assert_raises(ArgumentError) { append("/a", 1, max_backlog_size: 0) }
     assert_raises(ArgumentError) { append("/a", 1, max_backlog_age: -1) }

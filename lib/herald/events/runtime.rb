@@ -32,7 +32,7 @@ module Herald
       def publish(event, channel, bus)
         registry = Events.registry
         channel ||= registry.channel_for(event.class)
-        raise ArgumentError, "channel must be a String starting with /, got #{channel.inspect}" unless channel.start_with?("/")
+        bus.check_channel!(channel) # the same names as Bus#publish: events append through the store itself
         start(bus) unless @pool || @checked == registry.generation
         return store(event, channel, bus, registry) unless Instrumentation.listening?(PUBLISH)
         Instrumentation.instrument(PUBLISH, {channel: channel, event: event}) { store(event, channel, bus, registry) }

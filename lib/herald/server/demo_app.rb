@@ -6,9 +6,10 @@ require "uri"
 
 module Herald
   class Server
-    # The live demo behind `herald server`: a chat page at `/` fed by message_bus's own JS client
-    # (served straight from the npm package in node_modules, never copied into our source) and a
-    # POST /chat endpoint that publishes what the form sends. Everything else is 404.
+    # The live demo behind `herald server`: a chat page at `/` fed by Herald's browser client (served by
+    # the middleware at /message-bus/herald.js), a POST /chat endpoint that publishes what the form sends,
+    # and message_bus's own JS client at /assets/message-bus.js (straight from the npm package in
+    # node_modules, never copied into our source) for pages that compare the two. Everything else is 404.
     class DemoApp
       PUBLIC = File.expand_path("public", __dir__)
       CHANNEL = "/chat"

@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "pg"
+begin
+  require "pg"
+rescue LoadError
+  # An optional dependency: only apps that use this store need the gem, and they get told which one.
+  raise LoadError, "Herald::Store::Postgres needs the pg gem: add `gem \"pg\"` to your Gemfile (or gem install pg)"
+end
 require_relative "postgres/schema"
 
 module Herald
@@ -34,7 +39,14 @@ module Herald
         "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4)",
         # Newest first, at most the channel's size (trimming is batched, as in Redis), put back in order.
         "backlog" => "SELECT record FROM %<t>s_messages WHERE key = $1 AND message_id > $2 ORDER BY message_id DESC LIMIT $3",
-        "global" => "SELECT record FROM %<t>s_messages WHERE global_id > $1 ORDER BY global_id LIMIT $2",
+        # Expired rows are left out before the LIMIT: a page is never short while live messages follow.
+        "global" => "SELECT record FROM %<t>s_messages WHERE global_id > $1 AND expires_at > $3 ORDER BY global_id LIMIT $2",
+        # Before a channel's size grows from $2: trim exactly to $2 (a batched trim leaves up to $2/16 more,
+        # which the larger size would bring back).
+        "grow" => "WITH c AS (SELECT last_id, trimmed FROM %<t>s_channels WHERE key = $1 FOR UPDATE), " \
+          "t AS (UPDATE %<t>s_channels AS ch SET trimmed = c.last_id - $2 FROM c WHERE ch.key = $1 AND c.last_id - $2 > c.trimmed " \
+          "RETURNING c.trimmed AS low, ch.trimmed AS high) " \
+          "DELETE FROM %<t>s_messages WHERE key = $1 AND message_id > (SELECT low FROM t) AND message_id <= (SELECT high FROM t)",
         "last_id" => "SELECT last_id FROM %<t>s_channels WHERE key = $1",
         "last_ids" => "SELECT key, last_id FROM %<t>s_channels WHERE key = ANY($1::text[])",
         "meta" => "SELECT global_id, epoch FROM %<t>s_meta WHERE id = 1",
@@ -90,10 +102,14 @@ module Herald
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ClosedError, "store is closed" if @closed
         key = key_for(channel, site_id)
+        before = @retention.for(key).first
         size, age = @retention.for(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
-        row = write { |c| run(c, "append", [key, {value: tail, format: 1}, size, created_at + age]).values.first }
+        row = write do |c|
+          run(c, "grow", [key, before]) if before < size
+          run(c, "append", [key, {value: tail, format: 1}, size, created_at + age]).values.first
+        end
         gid = row[0].to_i
         @notifier.notify(gid, key)
         Herald::Message.build(gid, row[1].to_i, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
@@ -124,7 +140,8 @@ module Herald
       end
 
       def global_backlog(last_id = 0, limit: nil)
-        Packed.unexpired(Packed.decode_all(read { |c| run(c, "global", [last_id, limit], 1).column_values(0) }))
+        now = Process.clock_gettime(Process::CLOCK_REALTIME)
+        Packed.decode_all(read { |c| run(c, "global", [last_id, limit, now], 1).column_values(0) })
       end
 
       def epoch
@@ -214,11 +231,14 @@ module Herald
         raise Herald::TimeoutError, "PostgreSQL at #{@url} did not answer within #{@timeout}s (the store's timeout:)"
       end
 
-      # An idle pooled connection whose server ended the session has data (its FATAL) or EOF waiting.
+      # Nothing arrives on an idle pooled connection but the server's goodbye (a FATAL, then EOF): anything
+      # readable means the session is ending, even while its close is still a moment behind the message.
+      # (Reading it hands the FATAL to the notice processor, i.e. to Herald.logger.)
       def alive?(conn)
         return false if conn.finished? || conn.status != PG::CONNECTION_OK
+        return true unless conn.socket_io.wait_readable(0)
         conn.check_socket
-        conn.status == PG::CONNECTION_OK
+        false
       rescue PG::Error, IOError, SystemCallError
         false
       end

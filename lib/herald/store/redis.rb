@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "redis-client"
+begin
+  require "redis-client"
+rescue LoadError
+  # An optional dependency: only apps that use this store need the gem, and they get told which one.
+  raise LoadError, "Herald::Store::Redis needs the redis-client gem: add `gem \"redis-client\"` to your Gemfile (or gem install redis-client)"
+end
 require_relative "redis/scripts"
 
 module Herald
@@ -102,11 +107,15 @@ module Herald
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ClosedError, "store is closed" if @closed
         key = Store.channel_key(channel, site_id)
+        before = @retention.for(key).first
         size, age = @retention.for(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
+        # A batched trim leaves up to size/16 extra records: when the size grows, they go first (trimmed
+        # exactly to the old size), or the larger size would bring back what was already dropped.
         gid, mid, epoch, reset = evalsha(Scripts::APPEND, [@meta_key, @ids_key, channel_key(key), @global_key,
-          key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel, size / 16])
+          key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel,
+          (before == size) ? size / 16 : 0, (before < size) ? before : 0])
         saw(epoch, gid, reset == 1)
         @notifier.notify(gid, key)
         Herald::Message.build(gid, mid, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
@@ -137,12 +146,22 @@ module Herald
         end
       end
 
+      # Expired records are left out after the read: with a limit, it reads on past them, so a page is
+      # never short while live messages follow.
       def global_backlog(last_id = 0, limit: nil)
-        command = ["ZRANGEBYSCORE", @global_key, "(#{last_id}", "+inf"]
-        command.push("LIMIT", 0, limit) if limit
-        messages = Packed.decode_all(read { |r| r.call_v(command) })
-        @high = messages.last.global_id if !messages.empty? && messages.last.global_id > @high
-        Packed.unexpired(messages)
+        found = []
+        loop do
+          want = limit && limit - found.size
+          command = ["ZRANGEBYSCORE", @global_key, "(#{last_id}", "+inf"]
+          command.push("LIMIT", 0, want) if want
+          messages = Packed.decode_all(read { |r| r.call_v(command) })
+          return found if messages.empty?
+          @high = messages.last.global_id if messages.last.global_id > @high
+          live = Packed.unexpired(messages)
+          found.concat(live)
+          return found if want.nil? || messages.size < want || live.size == messages.size
+          last_id = messages.last.global_id
+        end
       end
 
       def epoch

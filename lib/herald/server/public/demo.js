@@ -1,4 +1,5 @@
-// The demo page: message_bus's JS client (loaded before this file from the npm package) on /chat.
+// The demo page on /chat, written for message_bus's MessageBus API; Herald's client (/message-bus/herald.js,
+// loaded before this file) provides it. The page would work unchanged with message-bus.js.
 (function () {
   "use strict";
   var bus = window.MessageBus;

@@ -36,7 +36,8 @@ module Herald
         LUA
 
         # KEYS meta ids channel global; ARGV channel_key tail max_size ttl known_epoch watermark clock
-        # new_epoch max_global wake_channel slack. Returns {global_id, message_id, epoch, reset}.
+        # new_epoch max_global wake_channel slack trim_first. Returns {global_id, message_id, epoch, reset}.
+        # trim_first > 0 (the channel's size grows from it): the batch's leftovers go first.
         # Trimming runs in batches (once a set is `slack` past its size, about size/16) to keep the
         # common append short; channel backlogs are read newest-first with LIMIT size, so they stay exact.
         APPEND = script(RESET + <<~LUA)
@@ -60,6 +61,12 @@ module Herald
             redis.call('HSET', KEYS[2], ARGV[1], mid)
           end
           local rec = struct.pack('>dd', gid, mid) .. ARGV[2]
+          local extra = tonumber(ARGV[12]) > 0 and redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[12]) or 0
+          if extra > 0 then
+            local old = redis.call('ZRANGE', KEYS[3], 0, extra - 1)
+            redis.call('ZREMRANGEBYRANK', KEYS[3], 0, extra - 1)
+            remove(KEYS[4], old)
+          end
           redis.call('ZADD', KEYS[3], mid, rec)
           redis.call('ZADD', KEYS[4], gid, rec)
           local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[3])

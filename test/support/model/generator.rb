@@ -1,0 +1,142 @@
+# frozen_string_literal: true
+
+require_relative "text"
+
+module Herald
+  module Model
+    # Random operation sequences, as Hashes ({op: :publish, ...}). The sequence depends on the seed only
+    # (never on what a store answers), so `SEED=n` replays it against any store.
+    #
+    # Channels and sites come from small pools drawn at the start, so reads hit what was published.
+    # Retention by age is chosen once per channel key: a key keeps the max_backlog_age it first got
+    # (see Runner for why).
+    class Generator
+      SHORT_AGES = [0.3, 0.6, 1.0, 2.0].freeze # seconds: these messages expire during a run
+      LONG_AGES = [3600, 86_400, 30 * 86_400].freeze
+      MAX_SUBSCRIPTIONS = 6
+      WEIGHTS = {publish: 45, backlog: 15, last_id: 7, last_ids: 5, global_backlog: 8, subscribe: 3, finish: 2,
+                 reopen: 1, fork: 0.6, sleep: 0.4}.freeze
+
+      attr_reader :text
+
+      # slashless: also name channels without a leading "/" (when the Bus accepts them, as message_bus does).
+      def initialize(seed, slashless: false)
+        @random = Random.new(seed)
+        @text = Text.new(@random)
+        @channels = Array.new(@text.int(4..10)) { channel_name(slashless) }.uniq
+        @sites = [nil, nil, nil, "", "a", "site-1", @text.name(3), @text.name(4)].uniq
+        @ages = {} # channel key => the max_backlog_age it was given
+        @published = Hash.new(0) # channel key => publishes generated (an upper bound of its last id)
+        @total = 0
+        @open = [] # subscription numbers not yet finished
+        @subscriptions = 0
+      end
+
+      def next_op
+        op = pick_op
+        send(op)
+      end
+
+      private
+
+      def pick_op
+        weights = WEIGHTS.reject { |op, _| (op == :subscribe && @open.size >= MAX_SUBSCRIPTIONS) || (op == :finish && @open.empty?) }
+        roll = @random.rand * weights.values.sum
+        weights.each do |op, w|
+          return op if (roll -= w) < 0
+        end
+        :publish
+      end
+
+      def channel_name(slashless)
+        loop do
+          base = @text.name
+          name = if @text.chance(0.15) then "/global/#{base}"
+          elsif slashless && @text.chance(0.2) then base.delete_prefix("/")
+          else "/#{base}"
+          end
+          return name unless name.include?(Store::SITE_SEPARATOR) || name.empty? || name.bytesize > 200
+        end
+      end
+
+      def channel = @text.pick(@channels)
+
+      def site = @text.pick(@sites)
+
+      def codec = @text.chance(0.5) ? :json : :msgpack
+
+      def key(channel, site) = [channel, channel.start_with?(Bus::GLOBAL_PREFIX) ? nil : site]
+
+      def publish
+        ch = channel
+        s = site
+        c = codec
+        k = key(ch, s)
+        @published[k] += 1
+        @total += 1
+        {op: :publish, codec: c, channel: ch, site_id: s, data: @text.data(c),
+         user_ids: targets { @text.chance(0.5) ? @text.int(-5..10**12) : @text.name(3) },
+         group_ids: targets { @text.int(0..20) },
+         client_ids: targets { @text.chance(0.5) ? @random.bytes(8).unpack1("H*") : @text.name(4) },
+         max_backlog_size: @text.chance(0.15) ? @text.int(1..40) : nil, max_backlog_age: age(k, first: @published[k] == 1)}
+      end
+
+      def targets
+        return nil unless @text.chance(0.12)
+        Array.new(@text.int(1..3)) { yield }
+      end
+
+      # Given at a key's first publish or never, then only repeated: see Runner (stores differ on a changed age).
+      def age(key, first:)
+        return (@ages[key] && @text.chance(0.2)) ? @ages[key] : nil unless first
+        @ages[key] = if @forking || !@text.chance(0.1)
+          nil
+        else
+          @text.pick(@text.chance(0.3) ? SHORT_AGES : LONG_AGES)
+        end
+      end
+
+      def some_id(count) = @text.chance(0.4) ? 0 : @text.int(0..count + 1)
+
+      def backlog
+        ch = channel
+        s = site
+        {op: :backlog, codec: codec, channel: ch, site_id: s, last_id: some_id(@published[key(ch, s)])}
+      end
+
+      def last_id = {op: :last_id, codec: codec, channel: channel, site_id: site}
+
+      def last_ids = {op: :last_ids, codec: codec, channels: Array.new(@text.int(0..5)) { channel }, site_id: site}
+
+      def global_backlog
+        limit = @text.chance(0.4) ? @text.int(1..30) : nil
+        {op: :global_backlog, codec: codec, last_id: some_id(@total), limit: limit}
+      end
+
+      def subscribe
+        ch = channel
+        s = site
+        from = @text.chance(0.3) ? nil : some_id(@published[key(ch, s)])
+        @open << (@subscriptions += 1)
+        {op: :subscribe, codec: codec, channel: ch, site_id: s, from: from, number: @subscriptions}
+      end
+
+      def finish = {op: :finish, number: @open.delete_at(@text.int(0...@open.size))}
+
+      def reopen
+        @open.clear # every subscription is finished first
+        {op: :reopen}
+      end
+
+      # A forked child's publishes carry no retention: see Runner#fork.
+      def fork
+        @forking = true
+        {op: :fork, publishes: Array.new(@text.int(1..4)) { publish.merge(max_backlog_size: nil, max_backlog_age: nil) }}
+      ensure
+        @forking = false
+      end
+
+      def sleep = {op: :sleep, seconds: @text.pick([0.05, 0.1, 0.2, 0.4])}
+    end
+  end
+end
