@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "puma"
+begin
+  require "puma"
+rescue LoadError
+  # Puma is optional for the library (apps bring their own server): only `herald server` needs it.
+  raise LoadError, "herald server needs the puma gem (>= 6.4): add `gem \"puma\"` to your Gemfile (or gem install puma)"
+end
 require "puma/server"
 require "puma/log_writer"
 require_relative "../herald"
