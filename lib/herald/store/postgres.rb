@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "pg"
+begin
+  require "pg"
+rescue LoadError
+  # An optional dependency: only apps that use this store need the gem, and they get told which one.
+  raise LoadError, "Herald::Store::Postgres needs the pg gem: add `gem \"pg\"` to your Gemfile (or gem install pg)"
+end
 require_relative "postgres/schema"
 
 module Herald

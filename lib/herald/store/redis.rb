@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "redis-client"
+begin
+  require "redis-client"
+rescue LoadError
+  # An optional dependency: only apps that use this store need the gem, and they get told which one.
+  raise LoadError, "Herald::Store::Redis needs the redis-client gem: add `gem \"redis-client\"` to your Gemfile (or gem install redis-client)"
+end
 require_relative "redis/scripts"
 
 module Herald
