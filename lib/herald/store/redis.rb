@@ -242,8 +242,9 @@ module Herald
         (error.is_a?(RedisClient::ConnectionError) && !error.is_a?(RedisClient::TimeoutError)) || unrun?(error)
       end
 
-      # Writes are not retried after a lost connection: the script may have run.
-      def retry_write?(error) = unrun?(error)
+      # Writes are not retried after a lost connection: the script may have run. A connection that could
+      # not be made (a restart under way) sent nothing.
+      def retry_write?(error) = unrun?(error) || error.is_a?(RedisClient::CannotConnectError)
 
       def herald_error(error)
         message = error.message.lines.first.to_s.strip
