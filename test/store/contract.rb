@@ -133,6 +133,24 @@ module StoreContract
     refute_includes @store.global_backlog(0).map(&:data), 7
   end
 
+  # Found by the model test: a publish's max_backlog_age is the channel's retention "from now on", and
+  # each message keeps the age it was published with (as Redis and PostgreSQL store it). Memory applied a
+  # changed age to the messages already stored, and the Log did too unless a read had dropped them first.
+  def test_a_changed_max_backlog_age_applies_to_later_messages_only
+    append("/up", "short", max_backlog_age: 1, created_at: Time.now.to_f - 2)
+    assert_equal [], @store.backlog("/up", 0) # read before the age changes
+    append("/up", "long", max_backlog_age: 3600)
+    append("/up2", "short", max_backlog_age: 1, created_at: Time.now.to_f - 2)
+    append("/up2", "long", max_backlog_age: 3600) # no read before the age changes
+    append("/down", "kept", max_backlog_age: 3600, created_at: Time.now.to_f - 10)
+    append("/down", "new", max_backlog_age: 5)
+    append("/down", "newer")
+    assert_equal ["long"], @store.backlog("/up", 0).map(&:data)
+    assert_equal ["long"], @store.backlog("/up2", 0).map(&:data)
+    assert_equal ["kept", "new", "newer"], @store.backlog("/down", 0).map(&:data)
+    assert_equal ["long", "long", "kept", "new", "newer"], @store.global_backlog(0).map(&:data)
+  end
+
   def test_invalid_retention_is_an_argument_error
     assert_raises(ArgumentError) { append("/a", 1, max_backlog_size: 0) }
     assert_raises(ArgumentError) { append("/a", 1, max_backlog_age: -1) }
