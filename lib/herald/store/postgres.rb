@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "pg"
+begin
+  require "pg"
+rescue LoadError
+  # An optional dependency: only apps that use this store need the gem, and they get told which one.
+  raise LoadError, "Herald::Store::Postgres needs the pg gem: add `gem \"pg\"` to your Gemfile (or gem install pg)"
+end
 require_relative "postgres/schema"
 
 module Herald
@@ -269,7 +274,9 @@ module Herald
 
       def retry_read?(error) = LOST.any? { |k| error.is_a?(k) } || error.instance_of?(ConnectionError)
 
-      def retry_write?(_error) = false # a publish may have committed before the connection died
+      # A publish may have committed before a connection died; one that could not connect (`connect` raises
+      # ConnectionError: a restart under way) sent nothing.
+      def retry_write?(error) = error.instance_of?(ConnectionError)
 
       def herald_error(error)
         message = error.message.strip
