@@ -22,6 +22,19 @@ class LogStoreTest < Minitest::Test
     Herald::Store::Log.new(dir: dir, fsync: :never, **options)
   end
 
+  # Process.pid is a getpid(2) syscall: a publish, last_ids or backlog takes the pid ForkTracker cached
+  # (refreshed on every fork) instead of asking the kernel each time.
+  def test_reads_and_appends_do_not_ask_the_kernel_for_the_pid
+    store = build_store
+    store.append("/a", "1", codec: Herald::Codec::Json)
+    Process.stub(:pid, -> { flunk "Process.pid called" }) do
+      store.append("/a", "2", codec: Herald::Codec::Json)
+      assert_equal({"/a" => 2}, store.last_ids(["/a"]))
+      assert_equal 2, store.backlog("/a", 0).size
+      assert_equal 2, store.last_global_id
+    end
+  end
+
   # An empty directory name would put the log's files into the current directory.
   def test_an_empty_directory_is_refused
     assert_raises(ArgumentError) { Herald::Store::Log.new(dir: "") }
