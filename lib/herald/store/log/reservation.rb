@@ -80,9 +80,13 @@ module Herald
         # At close, under the write lock with the log synced to `last_global_id`: the last store open
         # gives back the ids it did not use.
         def release(last_global_id)
-          return unless @open.flock(File::LOCK_EX | File::LOCK_NB)
-          ids = read_ids(last_global_id)
-          return if ids && !ids["rebuilt"] && ids["reserved"] == last_global_id # a reader's close writes nothing
+          return unless @open.flock(File::LOCK_EX | File::LOCK_NB) && File.directory?(@directory.path)
+          ids = begin
+            @directory.read_json("IDS")
+          rescue CorruptStoreError
+            nil # rewritten whole below
+          end
+          return if ids && ids["reserved"] == last_global_id # a reader's close writes nothing
           keep_floor(ids)
           write(last_global_id)
         end
