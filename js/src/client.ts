@@ -240,6 +240,7 @@ export class Herald {
   }
 
   private async run(): Promise<void> {
+    await null; // subscriptions made in the same task as start() go out in the first request
     while (this.running) {
       if (this.offline || this.subs.size === 0) {
         this.dirty = false;
