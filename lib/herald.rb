@@ -100,3 +100,6 @@ module Herald
     def last_ids(...) = bus.last_ids(...)
   end
 end
+
+# Rails: a Railtie (middleware, logger, store per environment, app/subscribers, generator), only under Rails.
+require_relative "herald/rails/railtie" if defined?(::Rails::Railtie)

@@ -90,8 +90,6 @@ module Herald
       @store.close
     end
 
-    private
-
     # On one site: counted by that site's message ids. On every site (site_id nil): by global ids from now.
     def channel_subscription(channel, last_id, site_id, block)
       validate_channel!(channel)
@@ -99,6 +97,17 @@ module Herald
       last_id ||= @store.last_id(channel, site_id: site_id) if site_id
       Subscription.new(bus: self, channel: channel, site_id: site_id, last_id: last_id, global_floor: floor, catch_up: true, callback: block)
     end
+
+    # Raises as publish would for this channel name (for code that appends through the store itself:
+    # durable events). Returns the channel.
+    def check_channel!(channel)
+      validate_channel!(channel)
+      text!(:channel, channel)
+      Store.validate_name_sizes!(channel, nil)
+      channel
+    end
+
+    private
 
     def validate!(channel, user_ids, group_ids, client_ids, site_id)
       validate_channel!(channel)

@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "puma"
+begin
+  require "puma"
+rescue LoadError
+  # Puma is optional for the library (apps bring their own server): only `herald server` needs it.
+  raise LoadError, "herald server needs the puma gem (>= 6.4): add `gem \"puma\"` to your Gemfile (or gem install puma)"
+end
 require "puma/server"
 require "puma/log_writer"
 require_relative "../herald"
@@ -20,6 +25,11 @@ module Herald
     DEFAULT_PORT = 9292
     DEFAULT_DIR = Store::Log::DEFAULT_DIR
     DEFAULT_THREADS = 5 # Puma's default; poll replies are short and CPU-bound, 2 cores
+    # Puma keeps a request body up to this size in memory and writes a larger one to a temporary file, from
+    # its one reactor thread, before the app sees it: on a busy disk, a megabyte upload stalled every request
+    # still being read for over 10 s. Herald's endpoints take 64 KiB (max_body_bytes), so a larger body is
+    # answered 413 before it is read.
+    DEFAULT_MAX_REQUEST_BYTES = Puma::Const::MAX_BODY
 
     attr_reader :bus, :host
 
@@ -27,10 +37,11 @@ module Herald
     # Keyword options other than those below go to Herald::Rack::Middleware (user_id_lookup:,
     # group_ids_lookup:, site_id_lookup:, ...), so an app can embed this server with its own lookups.
     def initialize(host: DEFAULT_HOST, port: DEFAULT_PORT, dir: DEFAULT_DIR, store: nil, bus: nil,
-      threads: DEFAULT_THREADS, log: $stdout, app: nil, **middleware_options)
+      threads: DEFAULT_THREADS, log: $stdout, app: nil, max_request_bytes: nil, **middleware_options)
       @host = host
       @port = port
       @threads = threads
+      @max_request_bytes = max_request_bytes || [DEFAULT_MAX_REQUEST_BYTES, middleware_options[:max_body_bytes].to_i].max
       validate_options!
       @log = log
       @bus = bus || Bus.new(store: store || Store::Log.new(dir: dir))
@@ -55,10 +66,10 @@ module Herald
     end
 
     # One Puma configuration for `herald server` and for the peers it is measured against (bench/).
-    def self.build_puma(app, host:, port:, threads:)
+    def self.build_puma(app, host:, port:, threads:, max_request_bytes: DEFAULT_MAX_REQUEST_BYTES)
       puma = Puma::Server.new(app, nil,
         min_threads: threads, max_threads: threads, log_writer: PumaLog.new, lowlevel_error_handler: LOWLEVEL_ERROR,
-        environment: "production", queue_requests: true)
+        environment: "production", queue_requests: true, http_content_length_limit: max_request_bytes)
       puma.add_tcp_listener(host, port, true, 1024)
       puma
     end
@@ -98,7 +109,7 @@ module Herald
     private
 
     def listen
-      Server.build_puma(@middleware, host: @host, port: @port, threads: @threads)
+      Server.build_puma(@middleware, host: @host, port: @port, threads: @threads, max_request_bytes: @max_request_bytes)
     rescue Errno::EADDRINUSE
       shutdown
       raise ConfigurationError, "cannot listen on #{@host}: port #{@port} is in use; stop the other server or pass --port"

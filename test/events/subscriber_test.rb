@@ -48,9 +48,19 @@ class SubscriberTest < Minitest::Test
   end
 
   def test_declaration_errors_are_named
-    assert_raises(Herald::SubscriberError) { Class.new { include Herald::Subscriber }.subscribe_to("no-slash") }
+    assert_raises(Herald::SubscriberError) { Class.new { include Herald::Subscriber }.subscribe_to("") }
     assert_raises(Herald::SubscriberError) { Class.new { include Herald::Subscriber }.subscriber_name }
     assert_raises(Herald::SubscriberError) { Class.new { include Herald::Subscriber }.retry_on(attempts: 0) }
+  end
+
+  # Event channels follow Bus#publish's rules: any non-empty UTF-8 name (as message_bus), checked the same way.
+  def test_event_channels_take_the_names_publish_takes
+    got = []
+    define_subscriber("NoSlash", "orders") { |e, _m| got << e }
+    Herald.publish_event({"n" => "é"}, channel: "orders")
+    assert_equal [{"n" => "é"}], got
+    assert_raises(ArgumentError) { Herald.publish_event({}, channel: "") }
+    assert_raises(Herald::InvalidMessageError) { Herald.publish_event({}, channel: "bad\xFF") }
   end
 
   def test_retry_backoff_is_exponential_and_capped

@@ -35,7 +35,7 @@ class ClientScriptTest < Minitest::Test
   # The gem packages the file the middleware serves, and it is the current build of js/ (bin/test checks
   # the build with `node js/build.mjs --check`).
   def test_the_gem_ships_it
-    spec = Gem::Specification.load(File.expand_path("../../herald.gemspec", __dir__))
+    spec = Gem::Specification.load(File.expand_path("../../herald-bus.gemspec", __dir__))
     assert_includes spec.files, "lib/herald/rack/herald.js"
   end
 end

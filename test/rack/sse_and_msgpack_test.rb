@@ -150,6 +150,17 @@ class SseAndMsgpackTest < Minitest::Test
     assert wire.chunk(msg).frozen?
   end
 
+  # The cache is bounded by bytes as well as by count: large messages do not stay pinned by the thousand.
+  def test_wire_cache_is_bounded_by_bytes
+    wire = Herald::Rack::Wire.new
+    50.times { |i| wire.chunk(@bus.publish_message("/big", "#{i}é" + "x" * 1024 * 1024)) }
+    cached = %i[@young @old].sum { |name| wire.instance_variable_get(name).size }
+    assert_operator cached, :<=, 8, "1 MiB messages cached (default bound: about 32 MiB of wire bytes)"
+    small = Herald::Rack::Wire.new
+    500.times { |i| small.chunk(@bus.publish_message("/small", "m#{i}")) }
+    assert_equal 500, %i[@young @old].sum { |name| small.instance_variable_get(name).size }, "small messages all stay"
+  end
+
   # A reset store hands out the same global ids again: cached bytes must never be sent for another message.
   def test_wire_cache_survives_a_store_reset
     wire = Herald::Rack::Wire.new

@@ -207,7 +207,7 @@ class ServerCLITest < Minitest::Test
     assert_equal '{"n":1}', tail.gets
     tail.close_stdout
     herald_publish("/chat", '{"n":2}', dir: @dir)
-    status, _err = tail.stop(nil, timeout: 10)
+    status, _err = tail.stop(nil, timeout: 30)
     refute_nil status, "tail kept running with nobody reading"
     assert_equal 0, status.exitstatus
   end

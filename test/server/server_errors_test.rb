@@ -53,6 +53,21 @@ class ServerErrorsTest < Minitest::Test
     assert_equal 200, request("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
   end
 
+  # A body larger than any endpoint takes is refused without reading it all (Puma would spool it to a file
+  # from its reactor thread, holding up every request still being read). Puma 6.6 checks the length at its
+  # second read of the request, so the client sends two pieces of a 10 MB body, then waits.
+  def test_a_body_too_large_for_any_endpoint_is_a_413_before_it_is_read
+    socket = TCPSocket.new("127.0.0.1", @server.port)
+    socket.write("POST /chat HTTP/1.1\r\nHost: x\r\nConnection: close\r\nContent-Length: 10000000\r\n\r\n#{"x" * 1000}")
+    sleep 0.1
+    socket.write("x" * 1000)
+    assert socket.wait_readable(3), "no answer while the body is still coming"
+    assert_match(/\AHTTP\/1\.1 413 /, socket.readpartial(1000))
+    assert_equal 200, request("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
+  ensure
+    socket&.close
+  end
+
   private
 
   def request(bytes)

@@ -22,6 +22,19 @@ class LogStoreTest < Minitest::Test
     Herald::Store::Log.new(dir: dir, fsync: :never, **options)
   end
 
+  # An empty directory name would put the log's files into the current directory.
+  def test_an_empty_directory_is_refused
+    assert_raises(ArgumentError) { Herald::Store::Log.new(dir: "") }
+    old = ENV["HERALD_DIR"]
+    ENV["HERALD_DIR"] = ""
+    error = assert_raises(Herald::ConfigurationError) { Herald::Store::Log.default_dir }
+    assert_includes error.message, "HERALD_DIR"
+    ENV["HERALD_DIR"] = "some/dir"
+    assert_equal "some/dir", Herald::Store::Log.default_dir
+  ensure
+    ENV["HERALD_DIR"] = old
+  end
+
   def test_messages_survive_reopen_with_ids_that_keep_increasing
     dir = Dir.mktmpdir("herald-log").tap { |d| @dirs << d }
     s = Herald::Store::Log.new(dir: dir)

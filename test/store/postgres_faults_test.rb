@@ -37,8 +37,11 @@ class PostgresFaultsTest < Minitest::Test
     pool.instance_variable_get(:@all).map(&:backend_pid)
   end
 
+  # Returns once the sessions are gone (pg_terminate_backend only signals them).
   def terminate_herald_sessions
-    @admin.exec("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = 'herald'")
+    sessions = "FROM pg_stat_activity WHERE application_name = 'herald'"
+    @admin.exec("SELECT pg_terminate_backend(pid) #{sessions}")
+    eventually { @admin.exec("SELECT count(*) #{sessions}").getvalue(0, 0) == "0" }
   end
 
   # Runs the block on a thread; fails (after letting the server go on) when it is not done in `within`.
@@ -86,7 +89,6 @@ class PostgresFaultsTest < Minitest::Test
     5.times.map { Thread.new { s.send(:read) { |c| sleep(0.2) } } }.each(&:join)
     assert_equal 5, backend_pids(s).uniq.size
     terminate_herald_sessions
-    sleep 0.3
     results = 8.times.map { |i| append(s, "/after", i).message_id rescue $! } # standard:disable Style/RescueModifier
     assert_equal (1..8).to_a, results
   end
@@ -101,10 +103,10 @@ class PostgresFaultsTest < Minitest::Test
     eventually { s.instance_variable_get(:@notifier).ready? }
     stderr = capture_fd_stderr do
       terminate_herald_sessions
-      sleep 0.2
+      eventually { log.string.include?("terminating connection") }
       assert_equal [1], s.backlog("/n", 0).map(&:data) # reconnects
     end
-    assert_match(/terminating connection/, log.string)
+    assert_match(/PostgreSQL: FATAL: +terminating connection/, log.string)
     assert_equal "", stderr
   ensure
     Herald.logger = nil

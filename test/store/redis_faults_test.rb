@@ -100,7 +100,7 @@ class RedisFaultsTest < Minitest::Test
     assert_equal ["m3"], other.backlog("/c", 0).map(&:data)
     flush!
     append(other, "/elsewhere", 1) # detects the reset; its wakeup must clear `cached`'s cache at once
-    eventually(timeout: 0.5) { cached.backlog("/c", 0).empty? }
+    eventually(timeout: 2) { cached.backlog("/c", 0).empty? }
   end
 
   # (2) Lua's unpack() takes ~8,000 values: trimming more must neither raise nor leave records behind.
@@ -121,6 +121,17 @@ class RedisFaultsTest < Minitest::Test
     append(store, "/age", "short", max_backlog_age: 1)
     sleep 1.3
     assert_equal ["long"], store(backlog_cache: false).backlog("/age", 0).map(&:data)
+  end
+
+  # A publish that cannot connect (the server is restarting) sent nothing: it waits out the read backoff.
+  def test_a_publish_during_a_short_restart_waits_for_the_server
+    server = Herald::TestServers.redis_server
+    s = store(url: server[:url])
+    Process.kill(:KILL, server[:pid])
+    Process.wait(server[:pid])
+    restart = Thread.new { Herald::TestServers.restart_redis_server!(server, down_for: 0.3) }
+    assert_equal 1, append(s, "/r", "while down").message_id
+    restart.join
   end
 
   # (5) A restart replaying its data answers LOADING; a long script, BUSY. Neither ran the command: reads and

@@ -11,7 +11,7 @@ module Herald
 
     # => [stdout, stderr, Process::Status]. A command still running after `timeout` seconds (a server
     # that started when it should have refused) is killed: status nil, and stderr says so.
-    def herald(*args, env: {}, chdir: Dir.pwd, timeout: 20)
+    def herald(*args, env: {}, chdir: Dir.pwd, timeout: 60)
       Open3.popen3(CLEAN_ENV.merge(env), RbConfig.ruby, EXE, *args, chdir: chdir) do |stdin, out, err, thread|
         stdin.close
         readers = [out, err].map { |io| Thread.new { io.binmode.read } }
@@ -44,7 +44,7 @@ module Herald
       end
 
       # The next line on standard output (bytes, newline removed), or nil after `timeout` seconds.
-      def gets(timeout: 10, io: @out)
+      def gets(timeout: 30, io: @out)
         buffer = @buffers.fetch(io)
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
         until (line = buffer.slice!(/\A[^\n]*\n/))
@@ -56,12 +56,12 @@ module Herald
       end
 
       # The next line on standard error (tail's note comes after its signal handlers are in place).
-      def err_gets(timeout: 10) = gets(timeout: timeout, io: @err)
+      def err_gets(timeout: 30) = gets(timeout: timeout, io: @err)
 
       def close_stdout = @out.close
 
       # Sends `signal` (nil: none) and returns [Process::Status or nil if it did not exit in time, stderr].
-      def stop(signal = :TERM, timeout: 10)
+      def stop(signal = :TERM, timeout: 30)
         Process.kill(signal, @pid) if signal
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
         until (status = Process.wait2(@pid, Process::WNOHANG)&.last) || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline

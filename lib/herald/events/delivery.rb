@@ -57,10 +57,20 @@ module Herald
       private
 
       def call(msg, attempt)
-        event = msg.data
-        return @handler.call(event, msg) unless Instrumentation.listening?(PROCESS)
-        payload = {subscriber: @name, event: event, message: msg, attempt: attempt}
-        Instrumentation.instrument(PROCESS, payload) { @handler.call(event, msg) }
+        Events.around_handler(deferred: true) do
+          event = msg.data
+          next handler.call(event, msg) unless Instrumentation.listening?(PROCESS)
+          payload = {subscriber: @name, event: event, message: msg, attempt: attempt}
+          Instrumentation.instrument(PROCESS, payload) { handler.call(event, msg) }
+        end
+      end
+
+      # A subscriber class reloaded since (Rails development) gets a new instance of its new code.
+      def handler
+        current = Events.registry.current(@subscriber)
+        @handler = current.new unless current.equal?(@subscriber)
+        @subscriber = current
+        @handler
       end
 
       def where(msg) = "#{msg.channel} ##{msg.global_id}"

@@ -20,9 +20,20 @@ module Herald
         changed
       end
 
+      # Keyed by class name: a class reloaded under the same name (Rails development, Zeitwerk) takes the
+      # old one's place, so stale code stops handling events and nothing runs twice.
       def register(subscriber)
-        @lock.synchronize { @subscribers << subscriber unless @subscribers.include?(subscriber) }
+        @lock.synchronize do
+          index = @subscribers.index { |s| s.equal?(subscriber) || (subscriber.name && s.name == subscriber.name) }
+          index ? @subscribers[index] = subscriber : @subscribers << subscriber
+        end
         changed
+      end
+
+      # The class registered now under `subscriber`'s name (itself unless it was reloaded since).
+      def current(subscriber)
+        return subscriber unless subscriber.name
+        @lock.synchronize { @subscribers.find { |s| s.name == subscriber.name } } || subscriber
       end
 
       def unregister(subscriber)

@@ -32,8 +32,8 @@ module Herald
       def publish(event, channel, bus)
         registry = Events.registry
         channel ||= registry.channel_for(event.class)
-        raise ArgumentError, "channel must be a String starting with /, got #{channel.inspect}" unless channel.start_with?("/")
-        start(bus) unless @pool || @checked == registry.generation
+        bus.check_channel!(channel) # the same names as Bus#publish: events append through the store itself
+        start(bus) unless @pool || @checked == registry.generation || !Events.autostart
         return store(event, channel, bus, registry) unless Instrumentation.listening?(PUBLISH)
         Instrumentation.instrument(PUBLISH, {channel: channel, event: event}) { store(event, channel, bus, registry) }
       end
@@ -72,15 +72,27 @@ module Herald
       def store(event, channel, bus, registry)
         msg = bus.store.append(channel, Codec::Event.encode(event), codec: Codec::Event,
           max_backlog_size: @max_backlog_size)
-        registry.sync_for(event.class, channel).each { |s| s.new.call(event, msg) }
+        registry.sync_for(event.class, channel).each { |s| Events.around_handler { s.new.call(event, msg) } }
         msg
       end
     end
 
     @runtime = Runtime.new
+    @handler_wrapper = nil
+    @autostart = true
 
     class << self
       attr_reader :runtime
+
+      # A callable taking a block, run around every handler call, sync and deferred: the Railtie wraps
+      # handlers in the Rails reloader/executor (connections checked back in, code reloaded in development).
+      attr_accessor :handler_wrapper
+
+      # False: publish_event never starts workers; only Herald.start_workers does (the Railtie turns it off,
+      # so `rails runner` and rake publish without taking leases; the Puma plugin starts them in servers).
+      attr_accessor :autostart
+
+      def around_handler(deferred: false, &block) = @handler_wrapper ? @handler_wrapper.call(deferred: deferred, &block) : yield
 
       def reset_runtime!(timeout: 1)
         @runtime.shutdown(timeout: timeout)

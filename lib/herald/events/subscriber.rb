@@ -33,8 +33,8 @@ module Herald
       def subscribe_to(*targets)
         raise SubscriberError, "#{self}: subscribe_to needs an event class or a channel String" if targets.empty?
         targets.each do |t|
-          next if t.is_a?(Module) || (t.is_a?(String) && t.start_with?("/"))
-          raise SubscriberError, "#{self}: subscribe_to takes event classes or channels starting with /, got #{t.inspect}"
+          next if t.is_a?(Module) || (t.is_a?(String) && !t.empty?)
+          raise SubscriberError, "#{self}: subscribe_to takes event classes or channel names, got #{t.inspect}"
         end
         @herald_targets = (herald_targets + targets).freeze
         Events.registry.register(self)

@@ -44,13 +44,13 @@ module Herald
         on_middleware_error: nil
       }.freeze
 
-      attr_reader :bus, :options
+      attr_reader :options
 
       def initialize(app, bus: nil, **options)
         unknown = options.keys - DEFAULTS.keys
         raise ArgumentError, "Unknown option #{unknown.first.inspect}, expected one of #{DEFAULTS.keys.inspect}" if unknown.any?
         @app = app
-        @bus = bus || Herald.bus
+        @bus = bus # nil: Herald's default bus, looked up per request (see #bus)
         @options = DEFAULTS.merge(options)
         @prefix = "#{normalize_base(@options[:base_route])}message-bus/"
         @wire = Wire.new
@@ -66,12 +66,19 @@ module Herald
         path.start_with?(@prefix) ? serve(env, path) : @app.call(env)
       end
 
-      # The event loop of this process; a forked worker builds its own.
+      # The bus given to new, else Herald.bus at the time of the request: building the middleware opens
+      # nothing (a Rails app boots, runs `rails runner` or a rake task without touching the store), and
+      # after Herald.reset! the next request uses the new bus.
+      def bus = @bus || Herald.bus
+
+      # The event loop of this process; a forked worker builds its own, and so does a new default bus.
       def reactor
-        return @reactor if @pid == Process.pid && @reactor
+        bus = self.bus
+        return @reactor if @pid == Process.pid && @reactor&.bus.equal?(bus)
         @lock.synchronize do
-          return @reactor if @pid == Process.pid && @reactor
-          @reactor = Reactor.new(bus: @bus, wire: @wire, filters: @filters, write_timeout: @options[:write_timeout], on_error: @on_error)
+          return @reactor if @pid == Process.pid && @reactor&.bus.equal?(bus)
+          @reactor&.close if @pid == Process.pid
+          @reactor = Reactor.new(bus: bus, wire: @wire, filters: @filters, write_timeout: @options[:write_timeout], on_error: @on_error)
           @pid = Process.pid
           @reactor
         end

@@ -15,6 +15,8 @@ module Herald
     class Reactor
       TICK = 0.25 # longest select: how often deadlines and stalled writers are checked at the latest
 
+      attr_reader :bus
+
       def initialize(bus:, wire:, filters:, write_timeout:, on_error:)
         @bus = bus
         @wire = wire

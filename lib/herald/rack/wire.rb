@@ -39,9 +39,18 @@ module Herald
       EMPTY_SEGMENT = segment("[]")
       EMPTY_CHUNK = frame(EMPTY_SEGMENT)
 
-      def initialize(capacity: 10_000)
+      # Each cached message holds its payload about five times over (JSON, segment, chunk, SSE event, whole
+      # reply; or the MessagePack forms): the cache is bounded by that estimate as well as by count, so a run
+      # of large messages cannot pin gigabytes (a fuzz soak grew the server by 70 MiB with kilobyte messages).
+      COPIES = 5
+      ENTRY_OVERHEAD = 512
+
+      # capacity: messages per generation; max_bytes: estimated bytes for both generations together.
+      def initialize(capacity: 10_000, max_bytes: 32 * 1024 * 1024)
         @capacity = capacity
+        @generation_bytes = max_bytes / 2
         @young = {}
+        @young_bytes = 0
         @old = {}
       end
 
@@ -138,9 +147,11 @@ module Herald
 
       def store(key, e)
         @young[key] = e
-        if @young.size > @capacity
+        @young_bytes += e.payload.bytesize * COPIES + ENTRY_OVERHEAD
+        if @young.size > @capacity || @young_bytes > @generation_bytes
           @old = @young
           @young = {}
+          @young_bytes = 0
         end
         e
       end

@@ -7,8 +7,9 @@ module Herald
   class Server
     # Puma's log writer for `herald server`: Puma's own output is silenced (the server prints its one
     # "listening" line itself), but every error Puma catches goes to Herald.logger, so a 500 is never
-    # silent. An exception in the app (or in reading a request) is an ERROR with its backtrace; a request
-    # Puma cannot parse was the client's fault and already answered 400, so it is only a DEBUG line.
+    # silent. An exception in the app is an ERROR with its backtrace; a request Puma itself failed on while
+    # reading it is a WARN (answered 400); one it cannot parse was the client's fault and already answered
+    # 400, so it is only a DEBUG line.
     class PumaLog < Puma::LogWriter
       BACKTRACE_LINES = 8
 

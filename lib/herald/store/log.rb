@@ -27,7 +27,12 @@ module Herald
       DEFAULT_DIR = "herald-data"
 
       # Where the embedded log lives when nobody says: $HERALD_DIR, else ./herald-data (facade, CLI).
-      def self.default_dir = ENV.fetch("HERALD_DIR", DEFAULT_DIR)
+      # An empty HERALD_DIR is a mistake (an unset variable in a template), not "the current directory".
+      def self.default_dir
+        dir = ENV.fetch("HERALD_DIR", DEFAULT_DIR)
+        raise ConfigurationError, "HERALD_DIR is empty: name the log's directory, or unset it for ./#{DEFAULT_DIR}" if dir.empty?
+        dir
+      end
 
       attr_reader :dir, :fsync, :corrupt_records
 
@@ -37,6 +42,7 @@ module Herald
         raise ArgumentError, "Unknown fsync mode #{fsync.inspect}, expected one of #{Syncer::MODES.inspect}" unless Syncer::MODES.include?(fsync)
         raise ArgumentError, "segment_bytes must be a positive Integer, got #{segment_bytes.inspect}" unless segment_bytes.is_a?(Integer) && segment_bytes > 0
         @dir = dir.to_s
+        raise ArgumentError, "dir must name a directory, got #{dir.inspect}" if @dir.empty?
         @fsync = fsync
         @segment_bytes = segment_bytes
         @max_backlog_size = max_backlog_size

@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "pg"
+begin
+  require "pg"
+rescue LoadError
+  # An optional dependency: only apps that use this store need the gem, and they get told which one.
+  raise LoadError, "Herald::Store::Postgres needs the pg gem: add `gem \"pg\"` to your Gemfile (or gem install pg)"
+end
 require_relative "postgres/schema"
 
 module Herald
@@ -226,11 +231,14 @@ module Herald
         raise Herald::TimeoutError, "PostgreSQL at #{@url} did not answer within #{@timeout}s (the store's timeout:)"
       end
 
-      # An idle pooled connection whose server ended the session has data (its FATAL) or EOF waiting.
+      # Nothing arrives on an idle pooled connection but the server's goodbye (a FATAL, then EOF): anything
+      # readable means the session is ending, even while its close is still a moment behind the message.
+      # (Reading it hands the FATAL to the notice processor, i.e. to Herald.logger.)
       def alive?(conn)
         return false if conn.finished? || conn.status != PG::CONNECTION_OK
+        return true unless conn.socket_io.wait_readable(0)
         conn.check_socket
-        conn.status == PG::CONNECTION_OK
+        false
       rescue PG::Error, IOError, SystemCallError
         false
       end
@@ -266,7 +274,9 @@ module Herald
 
       def retry_read?(error) = LOST.any? { |k| error.is_a?(k) } || error.instance_of?(ConnectionError)
 
-      def retry_write?(_error) = false # a publish may have committed before the connection died
+      # A publish may have committed before a connection died; one that could not connect (`connect` raises
+      # ConnectionError: a restart under way) sent nothing.
+      def retry_write?(error) = error.instance_of?(ConnectionError)
 
       def herald_error(error)
         message = error.message.strip

@@ -1,6 +1,11 @@
 # frozen_string_literal: true
 
-require "redis-client"
+begin
+  require "redis-client"
+rescue LoadError
+  # An optional dependency: only apps that use this store need the gem, and they get told which one.
+  raise LoadError, "Herald::Store::Redis needs the redis-client gem: add `gem \"redis-client\"` to your Gemfile (or gem install redis-client)"
+end
 require_relative "redis/scripts"
 
 module Herald
@@ -237,8 +242,9 @@ module Herald
         (error.is_a?(RedisClient::ConnectionError) && !error.is_a?(RedisClient::TimeoutError)) || unrun?(error)
       end
 
-      # Writes are not retried after a lost connection: the script may have run.
-      def retry_write?(error) = unrun?(error)
+      # Writes are not retried after a lost connection: the script may have run. A connection that could
+      # not be made (a restart under way) sent nothing.
+      def retry_write?(error) = unrun?(error) || error.is_a?(RedisClient::CannotConnectError)
 
       def herald_error(error)
         message = error.message.lines.first.to_s.strip

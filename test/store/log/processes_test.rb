@@ -11,6 +11,7 @@ class LogProcessesTest < Minitest::Test
   end
 
   def teardown
+    @stores&.each(&:close) # a store left open keeps polling its deleted directory, and says so
     FileUtils.rm_rf(@dir)
   end
 
@@ -116,7 +117,7 @@ class LogProcessesTest < Minitest::Test
 
   private
 
-  def open_store(**options) = Herald::Store::Log.new(dir: @dir, fsync: :never, max_backlog_size: 100_000, **options)
+  def open_store(**options) = Herald::Store::Log.new(dir: @dir, fsync: :never, max_backlog_size: 100_000, **options).tap { |s| (@stores ||= []) << s }
 
   def append(store, channel, data) = store.append(channel, json_codec.encode(data), codec: json_codec)
 

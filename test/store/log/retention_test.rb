@@ -9,6 +9,7 @@ class LogRetentionTest < Minitest::Test
   end
 
   def teardown
+    @stores&.each(&:close) # a store left open keeps polling its deleted directory, and says so
     FileUtils.rm_rf(@dir)
   end
 
@@ -53,7 +54,7 @@ class LogRetentionTest < Minitest::Test
 
   private
 
-  def open_store(**options) = Herald::Store::Log.new(dir: @dir, fsync: :never, segment_bytes: 1024, **options)
+  def open_store(**options) = Herald::Store::Log.new(dir: @dir, fsync: :never, segment_bytes: 1024, **options).tap { |s| (@stores ||= []) << s }
 
   def append(store, channel, data, **options) = store.append(channel, json_codec.encode(data), codec: json_codec, **options)
 

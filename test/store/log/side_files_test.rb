@@ -77,6 +77,18 @@ class LogSideFilesTest < Minitest::Test
     end
   end
 
+  # Damaged while the log is open: the next reservation rebuilds it (with the margin), and ids never go back.
+  def test_an_ids_file_damaged_while_the_log_is_open_is_rebuilt_by_the_next_reservation
+    store = open_store
+    first = append(store, "/a", 0).global_id
+    File.write(ids, "{\"reserved\":")
+    _, err = capture_io { 1100.times { |i| append(store, "/a", i) } }
+    assert_match(/#{Regexp.escape(ids)} is damaged .*rebuilt/, err)
+    reserved = Herald::Store::Log::Directory.read_json(ids)["reserved"]
+    assert_operator reserved, :>, first + Herald::Store::Log::Reservation::REBUILD_MARGIN, "ids restart well above the log"
+    store.close
+  end
+
   def test_check_is_clean_and_exits_zero_for_intact_side_files
     write_log
     out = StringIO.new
@@ -131,6 +143,7 @@ class LogSideFilesTest < Minitest::Test
     out = StringIO.new
     assert_equal 1, Herald::CLI.run(["check", @dir], out: out, err: StringIO.new), "#{label}: check exits 1"
     assert_includes out.string, "damaged file: #{File.join(@dir, name)} is ", label
+    assert_includes out.string, "0 corrupt, 1 damaged side file\n", label
   end
 
   def open_with_log

@@ -36,7 +36,7 @@ module Herald
       VERSIONS = ["HTTP/1.1", "HTTP/1.1", "HTTP/1.1", "HTTP/1.0"].freeze
       BAD_VERSIONS = ["HTTP/2.0", "HTTP/9.9", "HTXP/1.1", "", "HTTP/1.1\xFF".b, "http/1.1"].freeze
       KINDS = {poll: 40, sse: 10, demo: 12, asset: 4, options: 4, garbage_line: 5, bad_headers: 6,
-               chunked_body: 6, huge: 3, release: 4, pipelined: 3, other_path: 3}.freeze
+               chunked_body: 6, huge: 3, release: 4, supersede: 3, pipelined: 3, other_path: 3}.freeze
 
       # kinds: only these (e.g. [:huge, :poll]) to aim a soak; all of KINDS by default.
       def initialize(seed, kinds: nil)
@@ -52,7 +52,7 @@ module Herald
         c.index = index
         c.kind = kind
         c.delivery ||= pick_delivery(c)
-        c.cut = @r.rand(1...[c.bytes.bytesize, 2].max) if c.delivery == :truncated
+        c.cut = @r.rand(1...[c.bytes.bytesize, 2].max) if c.delivery == :truncated && c.kind != :supersede
         c
       end
 
@@ -109,9 +109,14 @@ module Herald
       end
 
       def asset
-        path = pick(["/", "/assets/demo.js", "/assets/demo.css", "/assets/message-bus.js", "/assets/message-bus-ajax.js",
-          "/assets/../../../etc/passwd", "/assets/%2e%2e/%2e%2e/lib/herald.rb", "/index.html", "/assets/", "/favicon.ico"])
-        build(pick(%w[GET GET HEAD POST DELETE]), path)
+        path = pick(["/", "/message-bus/herald.js", "/message-bus/herald.js/x", "/assets/demo.js", "/assets/demo.css",
+          "/assets/message-bus.js", "/assets/message-bus-ajax.js", "/assets/../../../etc/passwd",
+          "/assets/%2e%2e/%2e%2e/lib/herald.rb", "/index.html", "/assets/", "/favicon.ico"])
+        method = pick(%w[GET GET HEAD POST DELETE])
+        script = path == "/message-bus/herald.js" && %w[GET HEAD].include?(method)
+        headers = (script && chance(0.3)) ? {"If-None-Match" => pick(["\"x\"", "*", "\xFF".b])} : {}
+        # Anything else under /message-bus/ is a poll (any method, as in message_bus): it may park.
+        build(method, path, headers: headers, parks: path.start_with?("/message-bus/") && !script)
       end
 
       def options
@@ -184,6 +189,13 @@ module Herald
           c.release = true
           c.delivery = :send
         end
+      end
+
+      # Two long polls with one client id (the runner sends them): the one superseded (PROTOCOL.md 1.6) must
+      # be answered, not leaked. `cut` carries the two __seq values (first, second).
+      def supersede
+        Case.new(bytes: "supersede #{hex(16)}".b, well_formed: true, parks: true, delivery: :send,
+          cut: [@r.rand(0..3), @r.rand(0..3)])
       end
 
       def pipelined

@@ -48,7 +48,11 @@ module Herald
       end
 
       def one(c)
-        (c.kind == :release) ? release(c) : deliver(c)
+        case c.kind
+        when :release then release(c)
+        when :supersede then supersede(c)
+        else deliver(c)
+        end
         count { @result.sent += 1 }
       rescue => e
         fail_case(c, "runner error #{e.class}: #{e.message}")
@@ -150,6 +154,25 @@ module Herald
         record(c, got, owed: true, ends: false)
       ensure
         socket&.close
+      end
+
+      # A poll parked on /chat, then a second one with the same client id: whichever __seq loses is answered
+      # at once; after a publish both must have been answered, each exactly once.
+      def supersede(c)
+        last = last_chat_id or return fail_case(c, "could not read /chat's last id")
+        id = c.bytes.split(" ").last
+        sockets = []
+        c.cut.each do |seq|
+          body = JSON.generate("/chat" => last, "__seq" => seq)
+          sockets << TCPSocket.new(@host, @port)
+          sockets.last.write("POST /message-bus/#{id}/poll HTTP/1.1\r\nHost: x\r\nDont-Chunk: true\r\n" \
+            "Content-Type: application/json\r\nContent-Length: #{body.bytesize}\r\n\r\n#{body}")
+          sleep 0.03
+        end
+        publish("supersede #{c.index}") or return fail_case(c, "the demo refused a publish")
+        sockets.each { |socket| record(c, read_head(socket, DEADLINE, body: true), owed: true, ends: false) }
+      ensure
+        sockets&.each(&:close)
       end
 
       # Reads until `replies` header blocks (and with body: the content-length bytes) arrived, EOF, or

@@ -109,9 +109,15 @@ module Herald
           @index.raise_floor(@reservation.load(@index.last_global_id))
           if rebuild_state
             @reservation.raise_floor((@segments.first&.first_id || 1) - 1)
-            @directory.write_atomically("STATE", JSON.generate(@index.snapshot))
+            save_rebuilt_state
           end
           @channel_floor = @reservation.floor
+        end
+
+        def save_rebuilt_state
+          @directory.write_atomically("STATE", JSON.generate(@index.snapshot))
+        rescue SystemCallError => e
+          Herald.logger.warn "#{@directory.join("STATE")}: the rebuilt file could not be saved (#{e.message}); rebuilt again on the next open"
         end
 
         def add_segment(first_id, create: false)

@@ -54,7 +54,7 @@ module Herald
         def raise_floor(id)
           return if id <= @floor
           @floor = id
-          write
+          save_on_open(@reserved)
         end
 
         # Under the write lock, before ids up to `last` are assigned. `sync` makes the log written so far
@@ -62,23 +62,29 @@ module Herald
         def reserve(last, &sync)
           return if last <= @reserved
           ids = read_ids(last)
-          @reserved = ids["reserved"] if ids && ids["reserved"] > @reserved # another process reserved
-          return write if ids&.[]("rebuilt")
+          if ids["rebuilt"] # IDS damaged or deleted while the log was open
+            write(ids["reserved"])
+            return @reserved = ids["reserved"]
+          end
+          @reserved = ids["reserved"] if ids["reserved"] > @reserved # another process reserved
+          keep_floor(ids)
           return if last <= @reserved
           sync.call
           now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
           @step = (now - @extended_at < FAST) ? [@step * 2, MAX_STEP].min : FIRST_STEP
           @extended_at = now
-          @reserved = last + @step
-          write
+          write(last + @step)
+          @reserved = last + @step # only once it is on disk: a failed write reserves nothing
         end
 
         # At close, under the write lock with the log synced to `last_global_id`: the last store open
         # gives back the ids it did not use.
         def release(last_global_id)
           return unless @open.flock(File::LOCK_EX | File::LOCK_NB)
-          @reserved = last_global_id
-          write
+          ids = read_ids(last_global_id)
+          return if ids && !ids["rebuilt"] && ids["reserved"] == last_global_id # a reader's close writes nothing
+          keep_floor(ids)
+          write(last_global_id)
         end
 
         # In a forked child: a shared flock of its own, and no trust in the parent's cached reservation (the
@@ -122,7 +128,14 @@ module Herald
           @reserved = last
         end
 
-        def write = @directory.write_atomically("IDS", JSON.generate({"reserved" => @reserved, "floor" => @floor}))
+        # Another process may have raised the floor since this one opened (it rebuilt STATE): keep it.
+        def keep_floor(ids)
+          @floor = ids["floor"] if ids && ids["floor"] > @floor
+        end
+
+        def write(reserved = @reserved)
+          @directory.write_atomically("IDS", JSON.generate({"reserved" => reserved, "floor" => @floor}))
+        end
       end
     end
   end

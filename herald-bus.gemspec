@@ -3,7 +3,7 @@
 require_relative "lib/herald/version"
 
 Gem::Specification.new do |s|
-  s.name = "herald"
+  s.name = "herald-bus" # "herald" on RubyGems is an unrelated gem (0.3, 2011); the module stays Herald
   s.version = Herald::VERSION
   s.summary = "A fast, durable message bus for Ruby web apps"
   s.description = "One append-only log, many readers: browsers over HTTP (message_bus compatible), " \
@@ -11,11 +11,16 @@ Gem::Specification.new do |s|
   s.authors = ["Herald team"]
   s.license = "MIT"
   s.required_ruby_version = ">= 3.1"
-  s.files = Dir["lib/**/*.rb", "exe/*", "README.md"] + ["lib/herald/rack/herald.js"] # herald.js: built from js/ (npm run build -w js)
+  # Every file the gem runs: the Ruby, the generator's templates, the demo page, Herald's browser client
+  # (lib/herald/rack/herald.js, built from js/ by `npm run build -w js`) and message_bus's browser client from
+  # the npm package (`npm ci` before `gem build`), served by `herald server`.
+  s.files = Dir["lib/**/*.{rb,tt,js,css,html}", "exe/*", "README.md", "LICENSE*",
+    "node_modules/message-bus-client/{LICENSE,assets/message-bus.js}"]
   s.bindir = "exe"
   s.executables = ["herald"]
   s.add_dependency "json", ">= 2.10" # JSON::Coder, strict: what JSON cannot carry is refused, not stored as #to_s
   s.add_dependency "msgpack", "~> 1.7"
   s.add_dependency "nio4r", "~> 2.5" # epoll event loop that parks thousands of HTTP clients (see README)
-  s.add_dependency "puma", ">= 6.4", "< 8" # the app server behind `herald server` (see README)
+  # Optional, loaded only when used, each with a one-line message naming the gem when missing:
+  # puma (`herald server`), redis-client (Store::Redis), pg (Store::Postgres).
 end
