@@ -8,8 +8,9 @@
 #   strace -f -c -o out.txt bundle exec ruby bench/counts.rb publish 2000   # syscalls (diff against N=0)
 #   valgrind --tool=callgrind --callgrind-out-file=/dev/null bundle exec ruby bench/counts.rb poll 2000
 #
-# Cases: publish (Log :interval), backlog (Log backlog of 10 + last_ids), poll (a 10-message dlp=t poll
-# through Herald's middleware, Rack env, no server), form (decoding a 3-channel poll form).
+# Cases: publish (Log :interval), backlog (Log backlog of 10 + last_ids), poll (a dlp=t poll of two channels
+# through Herald's middleware, Rack env, no server: 10 messages and a status), poll10 (the HTTP bench's poll:
+# one channel, the same 10 messages every time), form (decoding a 3-channel poll form).
 require_relative "harness"
 require "herald"
 require "stringio"
@@ -18,10 +19,10 @@ require "tmpdir"
 DATA = {"hello" => "world", "nums" => [1, 2, 3]}.freeze
 BODY = "%2Fbench%2Fpoll=0&%2Fnews=-1&__seq=7"
 
-def poll_env
+def poll_env(body = BODY)
   {"REQUEST_METHOD" => "POST", "PATH_INFO" => "/message-bus/0123456789abcdef/poll", "QUERY_STRING" => "dlp=t",
    "SERVER_PROTOCOL" => "HTTP/1.1", "CONTENT_TYPE" => "application/x-www-form-urlencoded", "HTTP_DONT_CHUNK" => "true",
-   "rack.input" => StringIO.new(BODY.dup), "SCRIPT_NAME" => "", "SERVER_NAME" => "127.0.0.1", "SERVER_PORT" => "80",
+   "rack.input" => StringIO.new(body.dup), "SCRIPT_NAME" => "", "SERVER_NAME" => "127.0.0.1", "SERVER_PORT" => "80",
    "rack.url_scheme" => "http"}
 end
 
@@ -30,12 +31,18 @@ def cases(dir)
   10.times { |i| log.publish("/bench/poll", {"n" => i, "text" => "message #{i}"}) }
   app = Herald::Rack::Middleware.new(->(_env) { [404, {}, []] }, bus: log)
   env = poll_env
+  same = poll_env("%2Fbench%2Fpoll=0")
   {
     "publish" => -> { log.publish("/test/channel", DATA) },
     "backlog" => -> { log.last_ids("/bench/poll", "/news") && log.backlog("/bench/poll", 0) },
     "poll" => lambda {
       env["rack.input"].rewind
       _, _, body = app.call(env)
+      body.close if body.respond_to?(:close)
+    },
+    "poll10" => lambda {
+      same["rack.input"].rewind
+      _, _, body = app.call(same)
       body.close if body.respond_to?(:close)
     },
     "form" => -> { Herald::Rack::PollRequest.decode_form(BODY) }
