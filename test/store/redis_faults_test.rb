@@ -123,6 +123,17 @@ class RedisFaultsTest < Minitest::Test
     assert_equal ["long"], store(backlog_cache: false).backlog("/age", 0).map(&:data)
   end
 
+  # A publish that cannot connect (the server is restarting) sent nothing: it waits out the read backoff.
+  def test_a_publish_during_a_short_restart_waits_for_the_server
+    server = Herald::TestServers.redis_server
+    s = store(url: server[:url])
+    Process.kill(:KILL, server[:pid])
+    Process.wait(server[:pid])
+    restart = Thread.new { Herald::TestServers.restart_redis_server!(server, down_for: 0.3) }
+    assert_equal 1, append(s, "/r", "while down").message_id
+    restart.join
+  end
+
   # (5) A restart replaying its data answers LOADING; a long script, BUSY. Neither ran the command: reads and
   # publishes are retried, and what still fails is a Herald::ConnectionError, never a RedisClient error.
   def test_loading_and_busy_servers_are_retried_then_named

@@ -58,8 +58,9 @@ module Herald
 
       # SIGKILLs the server and starts it again on the same port and directory: with `appendonly yes` it
       # replays its AOF, without persistence it comes back empty.
-      def restart_redis_server!(server, signal: :KILL)
+      def restart_redis_server!(server, signal: :KILL, down_for: 0)
         stop(server[:pid], signal)
+        sleep down_for
         server[:pid] = spawn_redis(server[:port], server[:dir], *server[:extra])
         wait_for_port(server[:port])
       end

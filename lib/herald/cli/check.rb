@@ -18,7 +18,8 @@ module Herald
           @out.puts "torn tail: #{path} at byte offset #{offset} (#{bytes} bytes; cut when the log is next opened)"
         end
         report.damaged.each { |e| @out.puts "damaged file: #{e.message} (#{REPAIR.fetch(File.basename(e.file))})" }
-        @out.puts "#{report.segments} segments, #{report.records} good records, #{report.corrupt.size} corrupt"
+        damaged = ", #{report.damaged.size} damaged side file#{"s" if report.damaged.size > 1}" if report.damaged.any?
+        @out.puts "#{report.segments} segments, #{report.records} good records, #{report.corrupt.size} corrupt#{damaged}"
         report.ok? ? 0 : 1
       end
     end

@@ -18,8 +18,8 @@ module Herald
       private
 
       # Reads are retried with backoff after a lost connection: a read has no effect to repeat, and readers
-      # keep their place. Writes only when the server refused the command unrun (a publish may have been
-      # stored before a connection died). A timeout is not retried: the server is stalled, and the caller
+      # keep their place. Writes only when nothing ran: the server refused the command, or no connection
+      # could be made (a publish may have been stored before a connection died). A timeout is not retried: the server is stalled, and the caller
       # was promised an answer within `timeout`. No retry starts once the backoff's total has passed, so a
       # call ends within about RETRIES.sum + connect_timeout + timeout even when each attempt is slow.
       def read(&block) = with_retries(:retry_read?, &block)

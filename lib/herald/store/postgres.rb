@@ -274,7 +274,9 @@ module Herald
 
       def retry_read?(error) = LOST.any? { |k| error.is_a?(k) } || error.instance_of?(ConnectionError)
 
-      def retry_write?(_error) = false # a publish may have committed before the connection died
+      # A publish may have committed before a connection died; one that could not connect (`connect` raises
+      # ConnectionError: a restart under way) sent nothing.
+      def retry_write?(error) = error.instance_of?(ConnectionError)
 
       def herald_error(error)
         message = error.message.strip

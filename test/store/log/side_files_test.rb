@@ -143,6 +143,7 @@ class LogSideFilesTest < Minitest::Test
     out = StringIO.new
     assert_equal 1, Herald::CLI.run(["check", @dir], out: out, err: StringIO.new), "#{label}: check exits 1"
     assert_includes out.string, "damaged file: #{File.join(@dir, name)} is ", label
+    assert_includes out.string, "0 corrupt, 1 damaged side file\n", label
   end
 
   def open_with_log

@@ -67,6 +67,7 @@ module Herald
             return @reserved = ids["reserved"]
           end
           @reserved = ids["reserved"] if ids["reserved"] > @reserved # another process reserved
+          keep_floor(ids)
           return if last <= @reserved
           sync.call
           now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -80,6 +81,9 @@ module Herald
         # gives back the ids it did not use.
         def release(last_global_id)
           return unless @open.flock(File::LOCK_EX | File::LOCK_NB)
+          ids = read_ids(last_global_id)
+          return if ids && !ids["rebuilt"] && ids["reserved"] == last_global_id # a reader's close writes nothing
+          keep_floor(ids)
           write(last_global_id)
         end
 
@@ -122,6 +126,11 @@ module Herald
         rescue SystemCallError => e
           Herald.logger.warn "#{@directory.join("IDS")}: could not be saved on open (#{e.message}); publishing needs it"
           @reserved = last
+        end
+
+        # Another process may have raised the floor since this one opened (it rebuilt STATE): keep it.
+        def keep_floor(ids)
+          @floor = ids["floor"] if ids && ids["floor"] > @floor
         end
 
         def write(reserved = @reserved)
