@@ -95,7 +95,7 @@ module Herald
       def initialize(argv, out:, err:)
         @out = out
         @err = err
-        @options = {dir: Store::Log.default_dir}
+        @options = {dir: ENV.fetch("HERALD_DIR", Store::Log::DEFAULT_DIR)} # checked below, with the flag's name
         @args = parser.parse(argv)
       end
 
