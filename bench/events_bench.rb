@@ -35,6 +35,7 @@ EVENT = UserRegistered.new(user_id: 42, email: "ada@example.com")
 
 Dir.mktmpdir("herald-events-bench") do |tmp|
   rage = Bench::RageStyleLog.new(File.join(tmp, "rage.log"))
+  raw = nil
   store = Herald::Store::Log.new(dir: File.join(tmp, "log"), fsync: :interval)
   Herald.configure { |c| c.store = store }
   Herald.start_workers
@@ -62,10 +63,10 @@ Dir.mktmpdir("herald-events-bench") do |tmp|
     s.measure("(for reference) Herald Store::Log append alone, no subscriber", ops: N) do |n|
       n.times { raw.append("/events/user_registered", payload, codec: Herald::Codec::Event) }
     end
-    raw.close
   end
 ensure
   Herald.shutdown(timeout: 5)
   Herald.reset!
   rage&.close
+  raw&.close
 end

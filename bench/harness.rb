@@ -1,8 +1,10 @@
 # frozen_string_literal: true
 
-# The one way Herald benchmarks measure and report: each measurement runs its block for several rounds,
-# keeps the median rate and the objects allocated per operation, and prints a Markdown table with every
-# row's ratio to the section's baseline (a peer measured in the same run).
+# The one way Herald benchmarks measure and report. A section's `measure` rows are run round-robin after the
+# section's block returns: one round of every row, then the next round, so a change in the machine's load
+# (2 shared cores) hits every row alike instead of the rows measured last. Each row keeps every round's
+# rate; the table prints the median, the spread (min-max over rounds), the ratio of medians to the
+# section's baseline (a peer measured in the same rounds) and the objects allocated per operation.
 #
 #   Bench.section("Publish", note: "...") do |s|
 #     s.measure("message_bus memory", ops: 20_000, baseline: true) { |n| n.times { MessageBus.publish(...) } }
@@ -20,56 +22,82 @@ module Bench
     sorted.size.odd? ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2.0
   end
 
+  def self.loadavg = File.read("/proc/loadavg").split.first(3).join(" ")
+
   def self.section(title, note: nil)
     section = Section.new(title, note)
     yield section
+    section.run
     puts section.to_markdown
     $stdout.flush
   end
 
-  Row = Struct.new(:name, :rate, :allocs, :baseline, :unit, :extra)
+  # samples: every round's rate (nil for a figure measured once); allocs: objects per operation.
+  Row = Struct.new(:name, :rate, :allocs, :baseline, :unit, :extra, :samples)
+  Job = Struct.new(:row, :ops, :rounds, :warmup, :block, :rates, :allocs)
 
   class Section
     def initialize(title, note)
       @title = title
       @note = note
       @rows = []
+      @jobs = []
     end
 
-    # The block gets the op count and runs that many operations. Returns the row.
-    def measure(name, ops:, baseline: false, rounds: ROUNDS, warmup: true, unit: "ops/s")
-      ops = [(ops * SCALE).to_i, 1].max
-      yield [ops / 10, 1].max if warmup
-      rates = []
-      allocs = []
-      rounds.times do
-        GC.start
-        before = GC.stat(:total_allocated_objects)
-        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-        yield ops
-        elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-        allocs << (GC.stat(:total_allocated_objects) - before).fdiv(ops)
-        rates << ops / elapsed
+    # Registers a row; the block gets the op count and runs that many operations. The rounds run in
+    # Section#run, interleaved with the section's other rows. Returns the row (filled in by #run).
+    def measure(name, ops:, baseline: false, rounds: ROUNDS, warmup: true, unit: "ops/s", &block)
+      row = add(name, nil, baseline: baseline, unit: unit)
+      @jobs << Job.new(row, [(ops * SCALE).to_i, 1].max, rounds, warmup, block, [], [])
+      row
+    end
+
+    # Every row's warm-up, then round r of every row that has that many rounds, then round r + 1.
+    def run
+      @load_before = Bench.loadavg
+      @jobs.each { |job| job.block.call([job.ops / 10, 1].max) if job.warmup }
+      (@jobs.map(&:rounds).max || 0).times do |round|
+        @jobs.each { |job| measure_round(job) if round < job.rounds }
       end
-      add(name, Bench.median(rates), Bench.median(allocs), baseline: baseline, unit: unit)
+      @jobs.each do |job|
+        job.row.rate = Bench.median(job.rates)
+        job.row.allocs = Bench.median(job.allocs)
+        job.row.samples = job.rates
+      end
+      @load_after = Bench.loadavg
     end
 
-    # For figures measured elsewhere (latency percentiles, RSS, wrk output): rate is "higher is better".
-    def add(name, rate, allocs = nil, baseline: false, unit: "ops/s", extra: nil)
-      Row.new(name, rate, allocs, baseline, unit, extra).tap { |r| @rows << r }
+    # For figures measured elsewhere (latency percentiles, RSS, wrk output): rate is "higher is better";
+    # samples are the individual measurements the rate is the median of.
+    def add(name, rate, allocs = nil, baseline: false, unit: "ops/s", extra: nil, samples: nil)
+      Row.new(name, rate, allocs, baseline, unit, extra, samples).tap { |r| @rows << r }
     end
 
     def to_markdown
       base = @rows.find(&:baseline)
       lines = ["### #{@title}", ""]
       lines << @note << "" if @note
-      lines << "| | median | vs #{base ? base.name : "baseline"} | objects/op |" << "|---|---:|---:|---:|"
+      lines << "Load average #{@load_before} before, #{@load_after} after (2 cores shared with other work)." << "" if @load_before
+      lines << "| | median | spread (min-max) | vs #{base ? base.name : "baseline"} | objects/op |" << "|---|---:|---:|---:|---:|"
       @rows.each do |r|
         ratio = base ? format("%.2fx", r.rate / base.rate) : "-"
         allocs = r.allocs ? format("%.1f", r.allocs) : "-"
-        lines << "| #{r.name}#{" (baseline)" if r.baseline} | #{Bench.humanize(r.rate)} #{r.unit} | #{ratio} | #{allocs} |"
+        spread = r.samples&.any? ? "#{Bench.humanize(r.samples.min)}-#{Bench.humanize(r.samples.max)}" : "-"
+        lines << "| #{r.name}#{" (baseline)" if r.baseline} | #{Bench.humanize(r.rate)} #{r.unit} | #{spread} | #{ratio} | #{allocs} |"
       end
       lines.join("\n") + "\n\n"
+    end
+
+    private
+
+    def measure_round(job)
+      GC.start
+      before = GC.stat(:total_allocated_objects)
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      job.block.call(job.ops)
+      elapsed = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+      job.allocs << (GC.stat(:total_allocated_objects) - before).fdiv(job.ops)
+      job.rates << job.ops / elapsed
     end
   end
 

@@ -39,30 +39,27 @@ def poll_url(name, server)
   server.url + path
 end
 
-def with_servers(impls, started = {}, &block)
-  return yield(started) if impls.empty?
-  (name, impl), *rest = impls
-  Bench.with_http_server(impl) { |server| with_servers(rest, started.merge(name => server), &block) }
-end
-
 abort "bench/http_poll_bench.rb needs wrk (apt-get install wrk)" unless system("which wrk > /dev/null")
 
 Bench::IMPLS.empty? or Dir.mktmpdir("herald-wrk") do |tmp|
   script = File.join(tmp, "poll.lua")
   File.write(script, LUA)
-  with_servers(Bench::IMPLS.to_a) do |servers|
+  Bench.with_http_servers(Bench::IMPLS) do |servers|
+    load_before = Bench.loadavg
     urls = servers.to_h { |name, server| [name, poll_url(name, server)] }
+    floor_name = "Puma alone (404 from the app, same settings)"
+    urls[floor_name] = servers.values.last.url + "/not-found"
     rates = Hash.new { |h, k| h[k] = [] }
     ROUNDS.times { urls.each { |name, url| rates[name] << wrk(url, script) } }
-    floor = servers.values.last.url + "/not-found"
-    floor_rates = Array.new(ROUNDS) { wrk(floor, script) }
+    floor_rates = rates.delete(floor_name)
+    load_after = Bench.loadavg
     Bench.section("HTTP poll requests/s (wrk, 10 messages per reply)",
-      note: "`wrk -t1 -c16 -d#{SECONDS}s` over loopback, median of #{ROUNDS} alternating runs; POST " \
+      note: "`wrk -t1 -c16 -d#{SECONDS}s` over loopback, median of #{ROUNDS} rounds, each round one run against every row in turn (load average #{load_before} before, #{load_after} after); POST " \
             "/message-bus/<id>/poll?dlp=t with body `/bench/poll=0` on a channel holding 10 messages (893-byte reply). " \
             "One Puma process, #{Bench::THREADS} threads, for both. #{Bench.store_note} The last row is Puma " \
             "answering a 404 from the app behind the middleware: no middleware can be faster than that.") do |s|
-      rates.each { |name, list| s.add(name, Bench.median(list), baseline: name.start_with?("message_bus"), unit: "req/s") }
-      s.add("Puma alone (404 from the app, same settings)", Bench.median(floor_rates), unit: "req/s")
+      rates.each { |name, list| s.add(name, Bench.median(list), baseline: name.start_with?("message_bus"), unit: "req/s", samples: list) }
+      s.add(floor_name, Bench.median(floor_rates), unit: "req/s", samples: floor_rates)
     end
     mb, herald = rates.values_at(*Bench::IMPLS.keys).map { |list| list && Bench.median(list) }
     if mb && herald

@@ -32,24 +32,9 @@ def message_bus_postgres(url)
   bus
 end
 
-# The rows of one section measured round-robin (one round of every row, then the next round), so a
-# change in the machine's load (2 shared cores) hits every row alike instead of the ones measured last.
-def interleaved(section, rows, ops:, rounds: Bench::ROUNDS)
-  ops = [(ops * Bench::SCALE).to_i, 1].max
-  rows.each { |_, _, run| run.call([ops / 10, 1].max) }
-  rates = Hash.new { |h, k| h[k] = [] }
-  allocs = Hash.new { |h, k| h[k] = [] }
-  rounds.times do
-    rows.each do |name, _, run|
-      GC.start
-      before = GC.stat(:total_allocated_objects)
-      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      run.call(ops)
-      rates[name] << ops / (Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
-      allocs[name] << (GC.stat(:total_allocated_objects) - before).fdiv(ops)
-    end
-  end
-  rows.each { |name, baseline, _| section.add(name, Bench.median(rates[name]), Bench.median(allocs[name]), baseline: baseline) }
+# The rows of one section, measured round-robin by Bench::Section (one round of every row, then the next).
+def interleaved(section, rows, ops:)
+  rows.each { |name, baseline, run| section.measure(name, ops: ops, baseline: baseline) { |n| run.call(n) } }
 end
 
 def compare(title, peer, herald, ops:, extra: {})

@@ -27,6 +27,13 @@ module Bench
     end
   end
 
+  # Runs the block with every server of impls ({name => impl}) up at once: {name => server}.
+  def self.with_http_servers(impls, started = {}, &block)
+    return yield(started) if impls.empty?
+    (name, impl), *rest = impls.to_a
+    with_http_server(impl) { |server| with_http_servers(rest, started.merge(name => server), &block) }
+  end
+
   def self.rss_kb(pid) = File.read("/proc/#{pid}/status")[/VmRSS:\s+(\d+)/, 1].to_i
 
   def self.percentile(sorted, fraction) = sorted[((sorted.size - 1) * fraction).round]

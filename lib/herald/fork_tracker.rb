@@ -44,6 +44,13 @@ module Herald
         ForkTracker.forked! if pid == 0
         pid
       end
+
+      # Process.daemon forks through daemon(3), not _fork: only the child returns from it.
+      def daemon(*)
+        result = super
+        ForkTracker.forked!
+        result
+      end
     end
 
     Process.singleton_class.prepend(ProcessHook) if Process.respond_to?(:_fork)

@@ -133,6 +133,37 @@ module StoreContract
     refute_includes @store.global_backlog(0).map(&:data), 7
   end
 
+  # Found by the model test: a publish's max_backlog_age is the channel's retention "from now on", and
+  # each message keeps the age it was published with (as Redis and PostgreSQL store it). Memory applied a
+  # changed age to the messages already stored, and the Log did too unless a read had dropped them first.
+  def test_a_changed_max_backlog_age_applies_to_later_messages_only
+    append("/up", "short", max_backlog_age: 1, created_at: Time.now.to_f - 2)
+    assert_equal [], @store.backlog("/up", 0) # read before the age changes
+    append("/up", "long", max_backlog_age: 3600)
+    append("/up2", "short", max_backlog_age: 1, created_at: Time.now.to_f - 2)
+    append("/up2", "long", max_backlog_age: 3600) # no read before the age changes
+    append("/down", "kept", max_backlog_age: 3600, created_at: Time.now.to_f - 10)
+    append("/down", "new", max_backlog_age: 5)
+    append("/down", "newer")
+    assert_equal ["long"], @store.backlog("/up", 0).map(&:data)
+    assert_equal ["long"], @store.backlog("/up2", 0).map(&:data)
+    assert_equal ["kept", "new", "newer"], @store.backlog("/down", 0).map(&:data)
+    assert_equal ["long", "long", "kept", "new", "newer"], @store.global_backlog(0).map(&:data)
+  end
+
+  # Found by the model test: the Redis/PostgreSQL backlog cache skipped the age filter when the first
+  # message was live, so a later message with a shorter age was served after it expired.
+  def test_a_message_with_a_shorter_age_than_the_one_before_expires_on_time
+    @store.backlog("/mixed", 0)
+    @store.wait(@store.last_global_id, timeout: 0.3) # networked stores: the listener is up, reads are cached
+    append("/mixed", "long", max_backlog_age: 3600)
+    append("/mixed", "short", max_backlog_age: 0.6)
+    sleep 0.1 # the listener hears of both appends before the read below fills the cache
+    assert_equal ["long", "short"], @store.backlog("/mixed", 0).map(&:data)
+    sleep 0.6
+    assert_equal ["long"], @store.backlog("/mixed", 0).map(&:data)
+  end
+
   def test_invalid_retention_is_an_argument_error
     assert_raises(ArgumentError) { append("/a", 1, max_backlog_size: 0) }
     assert_raises(ArgumentError) { append("/a", 1, max_backlog_age: -1) }

@@ -22,6 +22,19 @@ class LogStoreTest < Minitest::Test
     Herald::Store::Log.new(dir: dir, fsync: :never, **options)
   end
 
+  # Process.pid is a getpid(2) syscall: a publish, last_ids or backlog takes the pid ForkTracker cached
+  # (refreshed on every fork) instead of asking the kernel each time.
+  def test_reads_and_appends_do_not_ask_the_kernel_for_the_pid
+    store = build_store
+    store.append("/a", "1", codec: Herald::Codec::Json)
+    Process.stub(:pid, -> { flunk "Process.pid called" }) do
+      store.append("/a", "2", codec: Herald::Codec::Json)
+      assert_equal({"/a" => 2}, store.last_ids(["/a"]))
+      assert_equal 2, store.backlog("/a", 0).size
+      assert_equal 2, store.last_global_id
+    end
+  end
+
   # An empty directory name would put the log's files into the current directory.
   def test_an_empty_directory_is_refused
     assert_raises(ArgumentError) { Herald::Store::Log.new(dir: "") }
@@ -33,6 +46,35 @@ class LogStoreTest < Minitest::Test
     assert_equal "some/dir", Herald::Store::Log.default_dir
   ensure
     ENV["HERALD_DIR"] = old
+  end
+
+  # Found by the model test: records published with the default retention were re-read after a restart
+  # with the channel's last size (from STATE), so a size raised later brought trimmed messages back.
+  def test_a_raised_max_backlog_size_brings_nothing_back_after_reopen
+    dir = Dir.mktmpdir("herald-log").tap { |d| @dirs << d }
+    s = Herald::Store::Log.new(dir: dir, max_backlog_size: 3, segment_bytes: 150) # ~3 records a segment
+    append("/keep", "k", store: s) # keeps the first segment, with /grow's first records, on disk
+    6.times { |i| append("/grow", i, store: s) }
+    append("/grow", 6, store: s, max_backlog_size: 10)
+    8.times { |i| append("/other", i, store: s, max_backlog_size: 1) } # emptied segments go: STATE is saved
+    assert_equal [3, 4, 5, 6], s.backlog("/grow", 0).map(&:data)
+    s.close
+    assert_equal [3, 4, 5, 6], store_in(dir, max_backlog_size: 3).backlog("/grow", 0).map(&:data)
+  end
+
+  # Each message keeps the max_backlog_age it was published with, also when read back after a restart.
+  def test_a_changed_max_backlog_age_survives_reopen
+    dir = Dir.mktmpdir("herald-log").tap { |d| @dirs << d }
+    s = Herald::Store::Log.new(dir: dir)
+    append("/up", "short", store: s, max_backlog_age: 1, created_at: Time.now.to_f - 2)
+    append("/up", "long", store: s, max_backlog_age: 3600)
+    append("/down", "kept", store: s, max_backlog_age: 3600, created_at: Time.now.to_f - 10)
+    append("/down", "new", store: s, max_backlog_age: 5)
+    s.close
+    again = store_in(dir)
+    assert_equal ["long"], again.backlog("/up", 0).map(&:data)
+    assert_equal ["kept", "new"], again.backlog("/down", 0).map(&:data)
+    assert_equal ["long", "kept", "new"], again.global_backlog(0).map(&:data)
   end
 
   def test_messages_survive_reopen_with_ids_that_keep_increasing

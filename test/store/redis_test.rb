@@ -64,6 +64,16 @@ class RedisStoreTest < Minitest::Test
     s&.close
   end
 
+  # Found by the model test: the channel's key lived by TTL, which Redis rounds to whole seconds, so a
+  # publish 0.3 s after another kept the first one's expiry and its message went ~0.7 s early.
+  def test_a_short_max_backlog_age_keeps_each_message_its_whole_age
+    append("/short", "first", max_backlog_age: 1)
+    sleep 0.3
+    append("/short", "second", max_backlog_age: 1)
+    sleep 0.8
+    assert_equal ["second"], @store.backlog("/short", 0).map(&:data)
+  end
+
   def test_store_from_url
     s = Herald::Store.from_url(url)
     assert_instance_of Herald::Store::Redis, s

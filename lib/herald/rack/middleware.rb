@@ -74,21 +74,21 @@ module Herald
       # The event loop of this process; a forked worker builds its own, and so does a new default bus.
       def reactor
         bus = self.bus
-        return @reactor if @pid == Process.pid && @reactor&.bus.equal?(bus)
+        return @reactor if @pid == ForkTracker.pid && @reactor&.bus.equal?(bus)
         @lock.synchronize do
-          return @reactor if @pid == Process.pid && @reactor&.bus.equal?(bus)
-          @reactor&.close if @pid == Process.pid
+          return @reactor if @pid == ForkTracker.pid && @reactor&.bus.equal?(bus)
+          @reactor&.close if @pid == ForkTracker.pid
           @reactor = Reactor.new(bus: bus, wire: @wire, filters: @filters, write_timeout: @options[:write_timeout], on_error: @on_error)
-          @pid = Process.pid
+          @pid = ForkTracker.pid
           @reactor
         end
       end
 
-      def active_clients = (@pid == Process.pid && @reactor) ? @reactor.size : 0
+      def active_clients = (@pid == ForkTracker.pid && @reactor) ? @reactor.size : 0
 
       # Ends every parked client (each gets its final `[]`), then stops the event loop.
       def close
-        @reactor&.close if @pid == Process.pid
+        @reactor&.close if @pid == ForkTracker.pid
         @reactor = nil
       end
 

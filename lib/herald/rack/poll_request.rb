@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require "json"
+require "cgi/escape"
 
 module Herald
   module Rack
@@ -81,10 +82,9 @@ module Herald
       end
 
       # application/x-www-form-urlencoded, strictly: a bad %-escape or bytes that are not UTF-8 are refused
-      # (URI.decode_www_form would silently replace them).
+      # (URI.decode_www_form would silently replace them). No regex pass: every poll comes through here.
       def self.decode_form(body)
         body = body.b # split as bytes: a raw byte that is not UTF-8 is refused by #unescape, not raised on here
-        raise RequestError, "malformed form body" if body.match?(/%(?![0-9A-Fa-f]{2})/n)
         body.split("&").each_with_object({}) do |pair, pairs|
           next if pair.empty?
           key, value = pair.split("=", 2)
@@ -92,18 +92,31 @@ module Herald
         end
       end
 
-      PERCENT = (0..255).each_with_object({}) do |byte, table|
-        hex = format("%02x", byte)
-        [hex, hex.upcase, "#{hex[0]}#{hex[1].upcase}", "#{hex[0].upcase}#{hex[1]}"].uniq.each { |h| table["%#{h}"] = byte.chr }
-      end.freeze
+      # True for the bytes of 0-9 A-F a-f, by byte value.
+      HEX = Array.new(256) { |byte| byte.chr.match?(/\h/) }.freeze
 
+      # + is a space and %XX a byte (CGI.unescape, in C); then the bytes must be UTF-8.
       def self.unescape(text)
-        text = text.b
-        text = text.tr("+", " ") if text.include?("+")
-        text = text.gsub(/%\h\h/, PERCENT) if text.include?("%")
+        if text.include?("%")
+          check_escapes!(text)
+          text = CGI.unescape(text, Encoding::UTF_8)
+        elsif text.include?("+")
+          text = text.tr("+", " ")
+        else
+          text = text.b
+        end
         text.force_encoding(Encoding::UTF_8)
         raise RequestError, "request is not valid UTF-8" unless text.valid_encoding?
         text
+      end
+
+      # Every % starts %XX (CGI.unescape leaves a bad one as it is; we refuse it).
+      def self.check_escapes!(text)
+        at = text.index("%")
+        while at
+          raise RequestError, "malformed form body" unless HEX[text.getbyte(at + 1).to_i] && HEX[text.getbyte(at + 2).to_i]
+          at = text.index("%", at + 3)
+        end
       end
 
       def self.build(pairs, max_channels)

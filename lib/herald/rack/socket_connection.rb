@@ -114,8 +114,8 @@ module Herald
       end
 
       def reply(msgs, status = nil)
-        if msgs.size == 1 && status.nil? && json? && @extra_headers.empty?
-          write(@wire.poll_reply(msgs.first)) # the common case: the same bytes for every reader
+        if msgs.size == 1 && status.nil? && json?
+          write(@wire.poll_reply(msgs.first, @extra_headers)) # the common case: the same bytes for every reader
         else
           payload = encode(msgs, status)
           write(head(content_type, length: payload.bytesize) << payload)

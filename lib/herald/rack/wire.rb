@@ -22,7 +22,15 @@ module Herald
 
       # message_id, channel and payload tell whether an entry still belongs to the message with its global id: a store
       # that was reset (a wiped directory, a flushed Redis) hands out the same global ids again.
-      Entry = Struct.new(:message_id, :channel, :payload, :json, :segment, :chunk, :sse, :msgpack, :msgpack_chunk, :poll_reply)
+      Entry = Struct.new(:message_id, :channel, :payload, :json, :segment, :chunk, :sse, :msgpack, :msgpack_chunk, :poll_reply,
+        :poll_replies)
+
+      # Whole reply bodies kept for the next poll that gets the same messages (see #cached_reply): how many,
+      # and the largest body kept.
+      REPLY_CACHE_ENTRIES = 64
+      REPLY_CACHE_BYTES = 64 * 1024
+      # Distinct extra-header sets (extra_response_headers_lookup) whose hijacked poll reply a message keeps.
+      HEADER_SETS = 8
 
       # The start of every response we write ourselves on a hijacked socket (message_bus's header order).
       HEAD = "HTTP/1.1 200 OK\r\ncache-control: must-revalidate, private, max-age=0\r\npragma: no-cache\r\nexpires: 0\r\n"
@@ -52,6 +60,8 @@ module Herald
         @young = {}
         @young_bytes = 0
         @old = {}
+        @json_replies = {}
+        @msgpack_replies = {}
       end
 
       # `{"global_id":..,"message_id":..,"channel":..,"data":..}`: JSON data is spliced in as stored.
@@ -84,13 +94,14 @@ module Herald
         e.msgpack || (e.msgpack = build_msgpack(msg))
       end
 
-      # A whole hijacked long-poll reply carrying just this message (no extra headers): shared by every reader.
-      def poll_reply(msg)
+      # A whole hijacked long-poll reply carrying just this message: shared by every reader. `extra` is the
+      # client's preformatted extra header lines ("" for none); the replies of a few distinct header sets
+      # (a CORS origin or two) are kept too, so extra_response_headers_lookup keeps the fan-out encode-once.
+      def poll_reply(msg, extra = "")
         e = entry(msg)
-        e.poll_reply || (e.poll_reply = begin
-          body = "[#{json(msg)}]"
-          "#{HEAD}connection: close\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: #{body.bytesize}\r\n\r\n#{body}".b.freeze
-        end)
+        return e.poll_reply || (e.poll_reply = build_poll_reply(msg, "")) if extra.empty?
+        replies = (e.poll_replies ||= {})
+        replies[extra] || ((replies.size < HEADER_SETS) ? (replies[extra] = build_poll_reply(msg, extra)) : build_poll_reply(msg, extra))
       end
 
       # A one-element MessagePack array framed as one HTTP chunk (a client feeds a streaming unpacker).
@@ -111,6 +122,48 @@ module Herald
 
       # A whole reply body: a JSON array or a MessagePack array of messages, then the status if any.
       def json_array(msgs, status = nil)
+        return build_json_array(msgs, status) if status || msgs.empty?
+        cached_reply(@json_replies, msgs) { build_json_array(msgs, nil) }
+      end
+
+      def msgpack_array(msgs, status = nil)
+        return build_msgpack_array(msgs, status) if status || msgs.empty?
+        cached_reply(@msgpack_replies, msgs) { build_msgpack_array(msgs, nil) }
+      end
+
+      private
+
+      # Polls that ask for the same positions get the same messages, and the stores hand out the same
+      # Message objects for them until something changes (the Log's index, the backlog caches): a reply
+      # built once is reused while every message in it is the very object it was built from (checked by
+      # identity, so a reset store's new message with an old global id is never answered with old bytes).
+      def cached_reply(cache, msgs)
+        key = msgs.first.global_id * 4096 + msgs.size # collisions only cost a rebuild: the check below decides
+        hit = cache[key]
+        return hit[1] if hit && same_objects?(hit[0], msgs)
+        bytes = yield.freeze
+        return bytes if bytes.bytesize > REPLY_CACHE_BYTES
+        cache.clear if cache.size >= REPLY_CACHE_ENTRIES
+        cache[key] = [msgs.dup.freeze, bytes].freeze
+        bytes
+      end
+
+      def same_objects?(cached, msgs)
+        return false unless cached.size == msgs.size
+        i = 0
+        while i < msgs.size
+          return false unless cached[i].equal?(msgs[i])
+          i += 1
+        end
+        true
+      end
+
+      def build_poll_reply(msg, extra)
+        body = "[#{json(msg)}]"
+        "#{HEAD}#{extra}connection: close\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: #{body.bytesize}\r\n\r\n#{body}".b.freeze
+      end
+
+      def build_json_array(msgs, status)
         out = +"["
         msgs.each_with_index do |m, i|
           out << "," if i > 0
@@ -123,15 +176,13 @@ module Herald
         out << "]"
       end
 
-      def msgpack_array(msgs, status = nil)
+      def build_msgpack_array(msgs, status)
         count = msgs.size + (status ? 1 : 0)
         out = MessagePack::Packer.new.write_array_header(count).to_s
         msgs.each { |m| out << msgpack(m) }
         out << status_msgpack(status) if status
         out
       end
-
-      private
 
       def entry(msg)
         key = msg.global_id

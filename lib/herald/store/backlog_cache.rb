@@ -13,7 +13,8 @@ module Herald
     class BacklogCache
       MAX_CHANNELS = 1000
 
-      Entry = Struct.new(:from, :messages)
+      # expires: the earliest expiry among the messages (each keeps its own age, so it need not be the first's).
+      Entry = Struct.new(:from, :messages, :expires)
 
       attr_reader :generation
 
@@ -30,14 +31,15 @@ module Herald
         messages = entry.messages
         first = messages.bsearch_index { |m| m.message_id > last_id } or return []
         found = messages[first..]
-        (found.first.expires_at > now) ? found : found.select { |m| m.expires_at > now }
+        (entry.expires > now) ? found : found.select { |m| m.expires_at > now }
       end
 
       def store(key, from, messages, generation)
+        expires = messages.empty? ? Float::INFINITY : messages.min_by(&:expires_at).expires_at
         @lock.synchronize do
           return if generation != @generation
           @entries.clear if @entries.size >= MAX_CHANNELS
-          @entries[key] = Entry.new(from, messages.freeze)
+          @entries[key] = Entry.new(from, messages.freeze, expires)
         end
       end
 

@@ -56,7 +56,7 @@ module Herald
       def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
         Store.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
-        reopen if @pid != Process.pid
+        reopen if ForkTracker.forked?(@pid)
         if @fsync == :always
           return commit_durably([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
             max_backlog_size, max_backlog_age])
@@ -94,7 +94,7 @@ module Herald
       def global_backlog(last_id = 0, limit: nil) = reading { @index.global_backlog(last_id, limit) }
 
       def wait(last_global_id, timeout:)
-        reopen if @pid != Process.pid
+        reopen if ForkTracker.forked?(@pid)
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
         @lock.synchronize do
           loop do
@@ -114,7 +114,7 @@ module Herald
           @closed = true
           @appended.broadcast
         end
-        return if @pid != Process.pid # the parent's files and sockets are the parent's to close
+        return if ForkTracker.forked?(@pid) # the parent's files and sockets are the parent's to close
         @wakeup.close
         @syncer.stop
         final_sync
@@ -128,7 +128,7 @@ module Herald
       private
 
       def reading
-        reopen if @pid != Process.pid
+        reopen if ForkTracker.forked?(@pid)
         @lock.synchronize { yield }
       end
 

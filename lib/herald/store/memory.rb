@@ -23,7 +23,9 @@ module Herald
         @closed = false
       end
 
-      Channel = Struct.new(:last_id, :messages, :max_size, :max_age)
+      # ages: nil while the channel kept one max_age; else [[first message id, max_age], ...] ascending, so
+      # each message keeps the age it was published with (a changed age applies from then on).
+      Channel = Struct.new(:last_id, :messages, :max_size, :max_age, :ages)
 
       def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
@@ -32,7 +34,7 @@ module Herald
           raise ClosedError, "store is closed" if @closed
           ch = channel_for(Store.channel_key(channel, site_id))
           ch.max_size = max_backlog_size if max_backlog_size
-          ch.max_age = max_backlog_age if max_backlog_age
+          change_age(ch, max_backlog_age) if max_backlog_age && max_backlog_age != ch.max_age
           msg = Message.new(global_id: @global_id += 1, message_id: ch.last_id += 1, channel: channel,
             payload: payload, codec: codec, created_at: created_at || Process.clock_gettime(Process::CLOCK_REALTIME),
             user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
@@ -60,7 +62,8 @@ module Herald
           ch = @channels[Store.channel_key(channel, site_id)] or return []
           # Messages are in id order: find the start by binary search, check age only on what is returned.
           i = ch.messages.bsearch_index { |m| m.message_id > last_id } or return []
-          live(ch.messages[i..], ch.max_age)
+          now = Process.clock_gettime(Process::CLOCK_REALTIME)
+          ch.messages[i..].select { |m| m.created_at > now - age_of(ch, m) }
         end
       end
 
@@ -130,12 +133,17 @@ module Herald
 
       def retained?(msg)
         ch = @channels[Store.channel_key(msg.channel, msg.site_id)]
-        ch.messages.first.message_id <= msg.message_id && msg.created_at > Process.clock_gettime(Process::CLOCK_REALTIME) - ch.max_age
+        ch.messages.first.message_id <= msg.message_id && msg.created_at > Process.clock_gettime(Process::CLOCK_REALTIME) - age_of(ch, msg)
       end
 
-      def live(messages, max_age)
-        oldest = Process.clock_gettime(Process::CLOCK_REALTIME) - max_age
-        messages.select { |m| m.created_at > oldest }
+      def change_age(ch, age)
+        (ch.ages ||= [[0, ch.max_age]]) << [ch.last_id + 1, age]
+        ch.max_age = age
+      end
+
+      def age_of(ch, msg)
+        return ch.max_age unless ch.ages
+        ch.ages.reverse_each { |from, age| return age if msg.message_id >= from }
       end
 
       def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)

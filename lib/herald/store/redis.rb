@@ -114,7 +114,7 @@ module Herald
         # A batched trim leaves up to size/16 extra records: when the size grows, they go first (trimmed
         # exactly to the old size), or the larger size would bring back what was already dropped.
         gid, mid, epoch, reset = evalsha(Scripts::APPEND, [@meta_key, @ids_key, channel_key(key), @global_key,
-          key, tail, size, age.ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel,
+          key, tail, size, (age * 1000).ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel,
           (before == size) ? size / 16 : 0, (before < size) ? before : 0])
         saw(epoch, gid, reset == 1)
         @notifier.notify(gid, key)

@@ -8,8 +8,6 @@ module Herald
     # (never on what a store answers), so `SEED=n` replays it against any store.
     #
     # Channels and sites come from small pools drawn at the start, so reads hit what was published.
-    # Retention by age is chosen once per channel key: a key keeps the max_backlog_age it first got
-    # (see Runner for why).
     class Generator
       SHORT_AGES = [0.3, 0.6, 1.0, 2.0].freeze # seconds: these messages expire during a run
       LONG_AGES = [3600, 86_400, 30 * 86_400].freeze
@@ -24,7 +22,10 @@ module Herald
         @random = Random.new(seed)
         @text = Text.new(@random)
         @channels = Array.new(@text.int(4..10)) { channel_name(slashless) }.uniq
-        @sites = [nil, nil, nil, "", "a", "site-1", @text.name(3), @text.name(4)].uniq
+        # ASCII names also come in the encodings apps hand over: Rack's env strings are ASCII-8BIT,
+        # Integer#to_s gives US-ASCII.
+        @sites = [nil, nil, nil, "", "a", "site-1", @text.name(3), @text.name(4), "example.com".b, "42".encode("US-ASCII")].uniq
+        @channels << "/ascii/rack".b << "/ascii/#{@text.int(0..99)}".encode("US-ASCII")
         @ages = {} # channel key => the max_backlog_age it was given
         @published = Hash.new(0) # channel key => publishes generated (an upper bound of its last id)
         @total = 0
@@ -86,14 +87,15 @@ module Herald
         Array.new(@text.int(1..3)) { yield }
       end
 
-      # Given at a key's first publish or never, then only repeated: see Runner (stores differ on a changed age).
+      # Mostly given at a key's first publish, then repeated; sometimes changed later (a changed age applies
+      # to the messages published from then on).
       def age(key, first:)
-        return (@ages[key] && @text.chance(0.2)) ? @ages[key] : nil unless first
-        @ages[key] = if @forking || !@text.chance(0.1)
-          nil
-        else
-          @text.pick(@text.chance(0.3) ? SHORT_AGES : LONG_AGES)
+        return nil if @forking
+        if !first && @text.chance(0.95)
+          return (@ages[key] && @text.chance(0.2)) ? @ages[key] : nil
         end
+        return nil unless @text.chance(first ? 0.1 : 0.6)
+        @ages[key] = @text.pick(@text.chance(0.3) ? SHORT_AGES : LONG_AGES)
       end
 
       def some_id(count) = @text.chance(0.4) ? 0 : @text.int(0..count + 1)

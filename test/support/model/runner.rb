@@ -16,9 +16,6 @@ module Herald
     # - Age retention: a message expires at created_at + max_backlog_age, and each store takes its own
     #   created_at. A message whose expiry falls inside a read (between the oracle's and the subject's
     #   answers, with publish latency) may be in either answer; everything else must match exactly.
-    # - A channel key's max_backlog_age is the one of its first stored message (the generator never changes
-    #   it, the runner drops a different later one): Memory and Log apply a changed age to messages already
-    #   stored, Redis and PostgreSQL fix each message's expiry when it is published.
     # - Redis and PostgreSQL trim in batches (channel backlogs are read with LIMIT max_backlog_size, so they
     #   stay exact): a message that left its channel's backlog may stay in global_backlog until up to
     #   max_backlog_size/16 more are published on that channel.
@@ -131,13 +128,9 @@ module Herald
 
       def key_of(channel, site_id) = [channel, channel.start_with?(Bus::GLOBAL_PREFIX) ? nil : site_id]
 
-      # The publish's keyword arguments, with the age rule applied (see the class comment).
       def publish_args(op)
-        key = key_of(op[:channel], op[:site_id])
-        age = op[:max_backlog_age]
-        age = nil if @by_key.key?(key) && @ages[key] != age
         {user_ids: op[:user_ids], group_ids: op[:group_ids], client_ids: op[:client_ids], site_id: op[:site_id],
-         max_backlog_size: op[:max_backlog_size], max_backlog_age: age}
+         max_backlog_size: op[:max_backlog_size], max_backlog_age: op[:max_backlog_age]}
       end
 
       def publish_on(side, op, args) = attempt { side.bus(op[:codec]).publish_message(op[:channel], op[:data], **args) }
@@ -158,7 +151,8 @@ module Herald
 
       def record(msg, args, p0, p1)
         key = [msg.channel, msg.site_id]
-        @ages[key] = args[:max_backlog_age] || Store::DEFAULT_MAX_BACKLOG_AGE unless @by_key.key?(key)
+        # Each message keeps the max_backlog_age it was published with; a new one applies from then on.
+        @ages[key] = args[:max_backlog_age] || @ages[key] || Store::DEFAULT_MAX_BACKLOG_AGE
         @max_sizes[key] = args[:max_backlog_size] if args[:max_backlog_size] && args[:max_backlog_size] > @max_sizes[key]
         published = Published.new(msg, key, p0, p1, @ages[key])
         @published[msg.global_id] = published

@@ -8,7 +8,9 @@ module Herald
       # messages each segment still holds (a segment with none left can be deleted).
       # Not thread-safe: the store calls it under its lock.
       class Index
-        Channel = Struct.new(:last_id, :messages, :max_size, :max_age, :stepped_back)
+        # ages: nil while the retained messages share max_age; else [[first message id, max_age], ...]
+        # ascending: each message keeps the age it was published with (a changed age applies from then on).
+        Channel = Struct.new(:last_id, :messages, :max_size, :max_age, :stepped_back, :ages)
 
         attr_reader :last_global_id, :channels, :last_added
 
@@ -64,10 +66,11 @@ module Herald
         # A message read from (or just written to) the log, in global id order.
         def add(msg, key, retention = nil)
           ch = channel(key)
-          if retention
-            ch.max_size = retention[0] if retention[0]
-            ch.max_age = retention[1] if retention[1]
-          end
+          # A record without retention was published with the defaults (a channel's other retention is
+          # written into each of its records), whatever a snapshot restored for the channel since.
+          ch.max_size = retention ? retention[0] || ch.max_size : @max_size
+          age = retention ? retention[1] || ch.max_age : @max_age
+          change_age(ch, age, msg.message_id) if age != ch.max_age
           ch.last_id = msg.message_id if msg.message_id > ch.last_id
           # Timestamps out of order (the clock went backwards): expiry is no longer a prefix of the backlog.
           ch.stepped_back = true if (last = ch.messages.last) && msg.created_at < last.created_at
@@ -86,9 +89,9 @@ module Herald
           msgs = ch.messages
           i = msgs.bsearch_index { |m| m.message_id > last_id } or return []
           found = msgs[i, msgs.size - i]
-          return found unless ch.stepped_back
-          oldest = now - ch.max_age
-          found.select { |m| m.created_at > oldest }
+          return found unless ch.stepped_back || ch.ages
+          at = now
+          found.select { |m| m.created_at > at - age_of(ch, m) }
         end
 
         def global_backlog(last_id, limit)
@@ -112,8 +115,25 @@ module Herald
         private
 
         def expire(ch, at)
-          oldest = at - ch.max_age
-          drop(ch.messages.shift) while (m = ch.messages.first) && m.created_at <= oldest
+          drop(ch.messages.shift) while (m = ch.messages.first) && m.created_at <= at - age_of(ch, m)
+          return unless ch.ages
+          first = ch.messages.first
+          ch.ages.shift while ch.ages.size > 1 && (first.nil? || ch.ages[1][0] <= first.message_id)
+          ch.ages = nil if ch.ages.size == 1
+        end
+
+        def change_age(ch, age, from)
+          if ch.messages.empty?
+            ch.ages = nil
+          else
+            (ch.ages ||= [[0, ch.max_age]]) << [from, age]
+          end
+          ch.max_age = age
+        end
+
+        def age_of(ch, msg)
+          return ch.max_age unless ch.ages
+          ch.ages.reverse_each { |from, age| return age if msg.message_id >= from }
         end
 
         def drop(msg)
@@ -124,7 +144,7 @@ module Herald
         def retained?(msg, at)
           ch = @channels[Store.channel_key(msg.channel, msg.site_id)]
           first = ch.messages.first
-          first && first.message_id <= msg.message_id && msg.created_at > at - ch.max_age
+          first && first.message_id <= msg.message_id && msg.created_at > at - age_of(ch, msg)
         end
 
         def compact

@@ -9,7 +9,7 @@ module Herald
         private
 
         def open
-          @pid = Process.pid
+          @pid = ForkTracker.pid
           @lock = Monitor.new
           @appended = @lock.new_cond
           @closed = false
@@ -32,8 +32,8 @@ module Herald
         # and reopen the files from where the parent had read them.
         def reopen
           FORK_LOCK.synchronize do
-            return if @pid == Process.pid
-            @pid = Process.pid
+            return unless ForkTracker.forked?(@pid)
+            @pid = ForkTracker.pid
             @lock = Monitor.new
             @appended = @lock.new_cond
             return if @closed
@@ -158,7 +158,7 @@ module Herald
 
         # Called by the Wakeup listener when another process appended (or every poll interval).
         def refresh
-          @lock.synchronize { catch_up(locked: false) unless @closed || @pid != Process.pid }
+          @lock.synchronize { catch_up(locked: false) unless @closed || ForkTracker.forked?(@pid) }
         end
 
         def cut_tail(segment)

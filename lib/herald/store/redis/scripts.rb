@@ -35,7 +35,7 @@ module Herald
           end
         LUA
 
-        # KEYS meta ids channel global; ARGV channel_key tail max_size ttl known_epoch watermark clock
+        # KEYS meta ids channel global; ARGV channel_key tail max_size ttl_ms known_epoch watermark clock
         # new_epoch max_global wake_channel slack trim_first. Returns {global_id, message_id, epoch, reset}.
         # trim_first > 0 (the channel's size grows from it): the batch's leftovers go first.
         # Trimming runs in batches (once a set is `slack` past its size, about size/16) to keep the
@@ -77,7 +77,8 @@ module Herald
           end
           -- The set lives as long as its longest-lived record (each carries its own expiry, filtered on
           -- read): a publish with a short max_backlog_age must not expire the others' messages.
-          if redis.call('TTL', KEYS[3]) < tonumber(ARGV[4]) then redis.call('EXPIRE', KEYS[3], ARGV[4]) end
+          -- In milliseconds: TTL rounds to whole seconds, which cut a short age by up to half a second.
+          if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[3], ARGV[4]) end
           over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
           if over > tonumber(ARGV[9]) / 16 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1) end
           redis.call('PUBLISH', ARGV[10], string.format('%d', gid) .. ',' .. ARGV[1])
