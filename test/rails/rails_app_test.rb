@@ -76,6 +76,38 @@ class RailsAppTest < Minitest::Test
     log "production test in #{(monotonic - started).round(1)} s"
   end
 
+  # Development: the same app under a Puma cluster, code reloading on. Editing the deferred subscriber
+  # changes the handler of the next event, with no duplicate.
+  def test_development_reloads_the_subscriber
+    started = monotonic
+    app = new_app
+    @rails_env = "development"
+    port, puma_log = start_puma(app)
+    browser = start_browser("http://127.0.0.1:#{port}", "development")
+    run!(app, "bin/rails", "runner", <<~RUBY)
+      Herald.publish("/chat", {"text" => "dév ✓"})
+      Herald.publish("/private", {"text" => "for 1"}, user_ids: [1])
+      Herald.publish_event({"n" => 100, "text" => "v1"}, channel: "/orders")
+    RUBY
+    received = browser_results(browser, "1" => 2, "2" => 1)
+    assert_equal [["/chat", {"text" => "dév ✓"}], ["/private", {"text" => "for 1"}]], received["1"]
+    assert_equal [["/chat", {"text" => "dév ✓"}]], received["2"]
+    handled = File.join(app, "log", "handled.txt")
+    eventually(timeout: 30, message: "event 100 not handled") { File.exist?(handled) && File.read(handled).include?(" 100 ") }
+
+    subscriber = File.join(app, "app", "subscribers", "order_logger.rb")
+    sleep 1.1 # a new mtime second: the file watcher compares modification times
+    File.write(subscriber, File.read(subscriber).sub("\#{event[\"text\"]}", "edited-\#{event[\"text\"]}"))
+    run!(app, "bin/rails", "runner", 'Herald.publish_event({"n" => 101, "text" => "v2"}, channel: "/orders")')
+    eventually(timeout: 30, message: "event 101 not handled: #{File.read(handled)}") { File.read(handled).include?(" 101 ") }
+    sleep 1 # a duplicate (old and new class both registered) would come now
+    lines = File.readlines(handled).map { |l| l.split[2..].join(" ") }
+    assert_equal ["100 v1", "101 edited-v2"], lines, "the edited code handles the next event, once"
+    refute_match(%r{message-bus/(?!herald\.js)}, File.read(File.join(app, "log", "development.log")))
+    refute_match(/Thread\(s\) started in app boot/, File.read(puma_log))
+    log "development test in #{(monotonic - started).round(1)} s"
+  end
+
   private
 
   def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -86,7 +118,7 @@ class RailsAppTest < Minitest::Test
   def env
     clean = ENV.to_h.select { |k, _| k.start_with?("BUNDLE_", "BUNDLER_", "GEM_") || %w[RUBYOPT RUBYLIB].include?(k) }.transform_values { nil }
     clean.merge("GEM_HOME" => GEMS, "GEM_PATH" => GEMS, "PATH" => "#{GEMS}/bin:#{ENV["PATH"]}",
-      "SECRET_KEY_BASE" => "x" * 64, "RAILS_ENV" => "production", "NOKOGIRI_USE_SYSTEM_LIBRARIES" => "1")
+      "SECRET_KEY_BASE" => "x" * 64, "RAILS_ENV" => @rails_env || "production", "NOKOGIRI_USE_SYSTEM_LIBRARIES" => "1")
   end
 
   def run!(dir, *cmd, env: {})
@@ -131,7 +163,7 @@ class RailsAppTest < Minitest::Test
 
   def start_puma(app)
     port = free_port
-    log_file = File.join(@tmp, "puma-production.log")
+    log_file = File.join(@tmp, "puma-#{@rails_env || "production"}.log")
     pid = Process.spawn(env, "bundle", "exec", "puma", "-C", "config/puma.rb", "-w", "2", "--preload",
       "-b", "tcp://127.0.0.1:#{port}", chdir: app, out: log_file, err: [:child, :out])
     @pids << pid
