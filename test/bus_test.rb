@@ -59,6 +59,21 @@ class BusTest < Minitest::Test
     assert_equal [1, 2], @bus.backlog("/global/news", 0, site_id: "b").map(&:data)
   end
 
+  # Found by the model test: an ASCII channel or site id in another encoding (Rack's env strings are
+  # ASCII-8BIT, Integer#to_s and Symbol#to_s give US-ASCII) came back in that encoding from Memory and as
+  # UTF-8 from the other stores.
+  def test_ascii_names_in_other_encodings_come_back_as_utf8
+    bus = @bus
+    [["/rack".b, "example.com".b], ["/n".encode("US-ASCII"), 42], ["/s", :site]].each do |channel, site|
+      published = bus.publish_message(channel, "x", site_id: site)
+      read = bus.backlog(channel, 0, site_id: site).last
+      [published, read].each do |msg|
+        assert_equal [Encoding::UTF_8, Encoding::UTF_8], [msg.channel.encoding, msg.site_id.encoding], "#{channel.inspect} #{site.inspect}"
+        assert_equal [channel, site.to_s], [msg.channel, msg.site_id]
+      end
+    end
+  end
+
   def test_unknown_codec_is_an_argument_error
     error = assert_raises(ArgumentError) { Herald::Bus.new(codec: :yaml) }
     assert_match(/Unknown codec :yaml/, error.message)

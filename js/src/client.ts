@@ -32,7 +32,10 @@ export interface HeraldOptions {
   pollInterval?: number;
   /** Hidden tabs poll (without holding a connection) every this many ms (default 60 000; 0 keeps streaming). */
   backgroundInterval?: number;
-  /** A stream that sends no byte within this many ms is given up for the next transport (default 3000). */
+  /** A stream whose first body byte comes later than this many ms after its headers and whose whole body
+   * then arrives at once at its end went through a buffering proxy: the next request uses the next
+   * transport (default 3000). A server slow to build a large backlog is not mistaken for one: its stream
+   * stays open after the backlog. */
   firstChunkTimeout?: number;
   /** A held request is abandoned after this many ms (default 60 000; the server holds 25 s). Catches
    * connections that died silently, e.g. across a laptop's sleep. */
@@ -240,6 +243,7 @@ export class Herald {
   }
 
   private async run(): Promise<void> {
+    await null; // subscriptions made in the same task as start() go out in the first request
     while (this.running) {
       if (this.offline || this.subs.size === 0) {
         this.dirty = false;
@@ -324,7 +328,7 @@ export class Herald {
 
   private async fetchRequest(transport: TransportName): Promise<Outcome> {
     const controller = new AbortController();
-    let why: "interrupted" | "timeout" | "first-chunk" | null = null;
+    let why: "interrupted" | "timeout" | null = null;
     const end = (reason: typeof why) => {
       if (why === null) why = reason;
       controller.abort();
@@ -333,7 +337,6 @@ export class Herald {
     const streaming = transport === "stream";
     const timeout = transport === "poll" ? 30000 : this.options.requestTimeout;
     const timer = setTimeout(() => end("timeout"), timeout);
-    let firstChunk: ReturnType<typeof setTimeout> | null = null;
     const headers: Record<string, string> = {
       "Content-Type": "application/x-www-form-urlencoded",
       "X-SILENCE-LOGGER": "true",
@@ -369,11 +372,13 @@ export class Herald {
         reader.push(new Uint8Array(await response.arrayBuffer()));
         reader.finish();
       } else {
-        if (streaming) firstChunk = setTimeout(() => end("first-chunk"), this.options.firstChunkTimeout);
+        const headersAt = Date.now();
+        let firstByteAt = 0;
         await this.drain(response.body, reader, () => {
-          if (firstChunk !== null) clearTimeout(firstChunk);
-          firstChunk = null;
+          if (!firstByteAt) firstByteAt = Date.now();
         });
+        const buffered = firstByteAt - headersAt > this.options.firstChunkTimeout && Date.now() - firstByteAt < 250;
+        if (streaming && buffered) return { kind: "unsupported", reason: `the body came all at once after ${firstByteAt - headersAt} ms (a buffering proxy?)` };
       }
       // A server that does not hold requests (message_bus without rack.hijack) answers an empty reply at
       // once: poll it at the polling pace rather than spin.
@@ -381,12 +386,10 @@ export class Herald {
       return { kind: "done", delay: transport === "poll" || !held ? this.pollDelay() : 0 };
     } catch (error) {
       if (why === "interrupted") return { kind: "interrupted" };
-      if (why === "first-chunk") return { kind: "unsupported", reason: `no bytes within ${this.options.firstChunkTimeout} ms (a buffering proxy?)` };
       if (why === "timeout") return { kind: "failed", error: new Error(`no reply within ${timeout} ms`) };
       return { kind: "failed", error };
     } finally {
       clearTimeout(timer);
-      if (firstChunk !== null) clearTimeout(firstChunk);
       this.abort = null;
     }
   }

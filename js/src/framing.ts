@@ -104,34 +104,52 @@ export class MessagePackReader implements BodyReader {
   }
 }
 
-/** message_bus's chunked JSON stream: segments split on the separator, each one JSON array. */
+/**
+ * message_bus's chunked JSON stream: segments split on the separator, each one JSON array. The separator
+ * is looked for in each chunk's bytes as it arrives (never in the text received so far, which would be
+ * quadratic on a large backlog), and a segment is decoded once, when its end is in.
+ */
 export class JsonStreamReader implements BodyReader {
-  private text = "";
-  private scanned = 0;
-  private utf8 = new TextDecoder("utf-8");
+  private parts: Uint8Array[] = []; // bytes of the current segment, before `tail`
+  private tail: Uint8Array = new Uint8Array(0); // the last bytes seen (< 5): maybe the start of a separator
 
   constructor(private sink: Sink) {}
 
   push(chunk: Uint8Array): void {
-    this.text += this.utf8.decode(chunk, { stream: true });
-    let start = 0;
-    for (;;) {
-      const at = this.text.indexOf(SEPARATOR, Math.max(start, this.scanned));
-      if (at < 0) break;
-      this.segment(this.text.slice(start, at));
-      start = at + SEPARATOR.length;
+    let bytes = chunk;
+    if (this.tail.length) {
+      bytes = new Uint8Array(this.tail.length + chunk.length);
+      bytes.set(this.tail, 0);
+      bytes.set(chunk, this.tail.length);
     }
-    if (start > 0) this.text = this.text.slice(start);
-    // A separator may straddle two chunks: look again from its possible start next time.
-    this.scanned = Math.max(0, this.text.length - (SEPARATOR.length - 1));
+    let start = 0;
+    let i = start;
+    while ((i = bytes.indexOf(13, i)) >= 0 && i + 5 <= bytes.length) {
+      if (bytes[i + 1] === 10 && bytes[i + 2] === 124 && bytes[i + 3] === 13 && bytes[i + 4] === 10) {
+        this.parts.push(bytes.subarray(start, i));
+        this.segment();
+        start = i + 5;
+        i = start;
+      } else {
+        i++;
+      }
+    }
+    const keep = Math.max(start, bytes.length - 4);
+    if (keep > start) this.parts.push(bytes.subarray(start, keep));
+    this.tail = bytes.slice(keep);
   }
 
   finish(): void {
-    this.text += this.utf8.decode();
-    if (this.text.trim() !== "") throw new Error("JSON stream ended in the middle of a segment");
+    this.parts.push(this.tail);
+    this.tail = new Uint8Array(0);
+    const rest = new TextDecoder("utf-8").decode(concat(this.parts));
+    this.parts = [];
+    if (rest.trim() !== "") throw new Error("JSON stream ended in the middle of a segment");
   }
 
-  private segment(json: string): void {
+  private segment(): void {
+    let json = new TextDecoder("utf-8").decode(concat(this.parts));
+    this.parts = [];
     if (json.indexOf("||") >= 0) json = json.replace(ESCAPED_SEPARATOR, SEPARATOR);
     deliverArray(JSON.parse(json), this.sink);
   }

@@ -39,7 +39,7 @@ module Herald
       max_backlog_size: nil, max_backlog_age: nil)
       raise ClosedError, "bus is closed" if @closed
       site_id = validate!(channel, user_ids, group_ids, client_ids, site_id)
-      @store.append(channel, @codec.encode(data), codec: @codec,
+      @store.append(utf8(channel), @codec.encode(data), codec: @codec,
         user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id,
         max_backlog_size: max_backlog_size, max_backlog_age: max_backlog_age)
     end
@@ -143,13 +143,17 @@ module Herald
       raise InvalidMessageError, "#{name} must be valid UTF-8, got #{value.encoding} #{value.dump[0, 60]}"
     end
 
+    # An ASCII name in another encoding (Rack's env strings are ASCII-8BIT, Integer#to_s gives US-ASCII) is
+    # tagged UTF-8 here, as every store but Memory returns it anyway.
+    def utf8(name) = (name.encoding == Encoding::UTF_8) ? name : name.dup.force_encoding(Encoding::UTF_8).freeze
+
     # A site id is a String ("" is a site of its own, as in message_bus); Symbols and Integers are named
     # by their text, so every store returns the same String.
     def site_name(site_id)
       case site_id
       when nil then nil
-      when String then site_id.tap { text!(:site_id, site_id) }
-      when Symbol, Integer then site_id.to_s
+      when String then utf8(site_id.tap { text!(:site_id, site_id) })
+      when Symbol, Integer then utf8(site_id.to_s)
       else raise InvalidMessageError, "site_id must be a String, got #{site_id.class}"
       end
     end

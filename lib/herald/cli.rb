@@ -95,7 +95,7 @@ module Herald
       def initialize(argv, out:, err:)
         @out = out
         @err = err
-        @options = {dir: Store::Log.default_dir}
+        @options = {dir: ENV.fetch("HERALD_DIR", Store::Log::DEFAULT_DIR)} # checked below, with the flag's name
         @args = parser.parse(argv)
       end
 
@@ -158,7 +158,7 @@ module Herald
         done = Queue.new
         %w[INT TERM].each { |sig| trap(sig) { done << true } }
         hint_at_slash(channel)
-        bus.subscribe(channel, @options[:from]) do |msg|
+        bus.subscribe(channel, @options[:from], site_id: @options[:site]) do |msg|
           @out.puts JSON.generate(msg.data)
         rescue Errno::EPIPE # `herald tail /chat | head -1`: the reader is gone
           done << true
@@ -177,6 +177,7 @@ module Herald
             raise OptionParser::InvalidArgument, "#{v} (must be >= 0)" if v < 0
             @options[:from] = v
           end
+          o.on("--site SITE", "the channel of one site (message_bus's site_id; default: published without one)") { |v| @options[:site] = v }
         end
       end
 
@@ -184,13 +185,13 @@ module Herald
       # name lacks the slash is most likely a typo, and tail would otherwise wait forever without a word.
       # The other way round (`tail /news` when only "news" has messages) gets the same note.
       def hint_at_slash(channel)
-        return if bus.last_id(channel) > 0
+        return if bus.last_id(channel, site_id: @options[:site]) > 0
         other = channel.start_with?("/") ? channel.delete_prefix("/") : "/#{channel}"
-        return if channel.start_with?("/") && (other.empty? || bus.last_id(other).zero?)
+        return if channel.start_with?("/") && (other.empty? || bus.last_id(other, site_id: @options[:site]).zero?)
         @err.puts "note: channel #{channel.inspect} is empty; did you mean #{other.inspect}?"
       end
     end
-    register "tail", Tail, "tail CHANNEL [--from ID] [--dir DIR]", "print new messages on a channel as they arrive"
+    register "tail", Tail, "tail CHANNEL [--from ID] [--site SITE] [--dir DIR]", "print new messages on a channel as they arrive"
 
     # The main job: Puma + Herald::Rack::Middleware + the demo page, on the embedded log (lib/herald/server.rb).
     class Server < Command

@@ -31,11 +31,4 @@ class ClientScriptTest < Minitest::Test
     response = m.post("/message-bus/herald.js?dlp=t", :input => JSON.generate("/chat" => 0), "CONTENT_TYPE" => JSON_TYPE)
     assert_equal ["a"], ids(JSON.parse(response.body))
   end
-
-  # The gem packages the file the middleware serves, and it is the current build of js/ (bin/test checks
-  # the build with `node js/build.mjs --check`).
-  def test_the_gem_ships_it
-    spec = Gem::Specification.load(File.expand_path("../../herald-bus.gemspec", __dir__))
-    assert_includes spec.files, "lib/herald/rack/herald.js"
-  end
 end

@@ -36,7 +36,7 @@ class ServerCLITest < Minitest::Test
     out, err, status = herald("--help")
     assert_equal 0, status.exitstatus
     assert_equal "", err
-    assert_includes out, "tail CHANNEL [--from ID] [--dir DIR]"
+    assert_includes out, "tail CHANNEL [--from ID] [--site SITE] [--dir DIR]"
   end
 
   def test_bad_options_are_reported_with_status_2

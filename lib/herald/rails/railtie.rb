@@ -11,7 +11,7 @@ module Herald
     # The store when nobody chose one: HERALD_STORE, config.herald.store, HERALD_DIR, else
     # storage/herald/<env> (each environment its own log and cursors), the memory store in tests.
     def self.default_store(app)
-      [ENV["HERALD_STORE"], app.config.herald.store, ENV["HERALD_DIR"]].find { |s| s.is_a?(Symbol) || !s.to_s.empty? } ||
+      [ENV["HERALD_STORE"], app.config.herald[:store], ENV["HERALD_DIR"]].find { |s| s.is_a?(Symbol) || !s.to_s.empty? } ||
         (::Rails.env.test? ? :memory : app.root.join("storage", "herald", ::Rails.env).to_s)
     end
 

@@ -7,7 +7,7 @@ require "puma/plugin"
 # started at boot) and stopped gracefully when Puma stops that process. `rails runner` and rake never load it.
 Puma::Plugin.create do
   def start(launcher)
-    if launcher.clustered?
+    if launcher.options[:workers].to_i > 0 # cluster mode: each worker after its fork
       hooks = launcher.options.user_options
       (hooks[:before_worker_boot] ||= []) << proc { Herald.start_workers }
       (hooks[:before_worker_shutdown] ||= []) << proc { Herald.shutdown }

@@ -22,7 +22,10 @@ module Herald
         @random = Random.new(seed)
         @text = Text.new(@random)
         @channels = Array.new(@text.int(4..10)) { channel_name(slashless) }.uniq
-        @sites = [nil, nil, nil, "", "a", "site-1", @text.name(3), @text.name(4)].uniq
+        # ASCII names also come in the encodings apps hand over: Rack's env strings are ASCII-8BIT,
+        # Integer#to_s gives US-ASCII.
+        @sites = [nil, nil, nil, "", "a", "site-1", @text.name(3), @text.name(4), "example.com".b, "42".encode("US-ASCII")].uniq
+        @channels << "/ascii/rack".b << "/ascii/#{@text.int(0..99)}".encode("US-ASCII")
         @ages = {} # channel key => the max_backlog_age it was given
         @published = Hash.new(0) # channel key => publishes generated (an upper bound of its last id)
         @total = 0

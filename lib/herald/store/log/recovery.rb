@@ -210,7 +210,7 @@ module Herald
         # durable (:never included), so the next open carries on with the next id.
         def release_ids
           return unless @reservation
-          return @reservation.close if @syncer.failure
+          return @reservation.close if @syncer.failure || !File.directory?(@directory.path) # (deleted under it)
           @lock.synchronize do
             locked do
               catch_up(locked: true)

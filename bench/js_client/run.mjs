@@ -1,0 +1,267 @@
+// The browser client benchmark: a 250,000-message backlog (5 channels) fetched from `herald server` and
+// delivered to callbacks in headless Chromium, Herald's client against message_bus's message-bus.js,
+// chunked (its default) and not. One page per run, rows interleaved round by round (the order rotates),
+// medians reported.
+//
+//   node bench/js_client/run.mjs            (ROUNDS=5, COUNT=250000; writes bench/js_client/RESULTS.md)
+//
+// Times: from the request to the last callback, and from the first chunk to the first callback. Heap:
+// usedJSHeapSize after a forced GC, after the run minus before (what the client keeps); callbacks only
+// count, they keep nothing. Each run is a fresh same-origin iframe (a fresh client and script); the reply
+// bodies are fetched once per text set by the top page.
+import { execFileSync } from "node:child_process";
+import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { gzipSync, brotliCompressSync } from "node:zlib";
+import { join } from "node:path";
+import { chromium } from "playwright-core";
+import { startServer, ROOT } from "../../test/browser/helpers.mjs";
+
+const ROUNDS = Number(process.env.ROUNDS || 5);
+const COUNT = Number(process.env.COUNT || 250000);
+const DATA = process.env.BENCH_DATA || "/tmp/herald-js-bench";
+
+function prepare(codec) {
+  const dir = `${DATA}-${COUNT}-${codec}`;
+  if (!existsSync(join(dir, "META"))) {
+    console.error(`writing ${2 * COUNT} messages (${codec}) to ${dir} ...`);
+    execFileSync("bundle", ["exec", "ruby", join(ROOT, "bench/js_client/prepare.rb"), dir, codec, String(COUNT)], { cwd: ROOT, stdio: "inherit" });
+  }
+  return dir;
+}
+
+const channels = (set) => [0, 1, 2, 3, 4].map((i) => `/${set}/${i}`);
+
+// Both clients run their whole path (transport, framing, decoding, dispatch to callbacks) on the bytes
+// the real server sent, replayed from memory in 64 KiB chunks: the server's time and the loopback
+// transfer (both heavy and noisy on a shared machine) stay out of the comparison. Herald's client gets a
+// fetch that returns them as a streamed Response; message-bus.js an XMLHttpRequest that grows
+// responseText chunk by chunk (decoding UTF-8 as the browser does) and fires onprogress as Chromium does
+// (at most every 50 ms, and at the end).
+const CHUNK = 65536;
+
+// In the page: Herald's client, counting callbacks.
+async function heraldRun(page, { transport, body, type, set, total }) {
+  return page.evaluate(async ({ transport, body, type, chans, total, CHUNK }) => {
+    const bytes = parent.bodies[body];
+    gc();
+    const heap0 = performance.memory.usedJSHeapSize;
+    let t0 = 0, tFirstByte = 0, tFirstCallback = 0, count = 0, served = false;
+    const replay = async (url, init) => {
+      if (served) return new Promise((_, reject) => init.signal.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
+      served = true;
+      t0 = performance.now();
+      let at = 0;
+      const stream = new ReadableStream({
+        pull(c) {
+          if (at >= bytes.length) return c.close();
+          if (!tFirstByte) tFirstByte = performance.now();
+          c.enqueue(bytes.slice(at, at + CHUNK));
+          at += CHUNK;
+        },
+      }, { highWaterMark: 0 });
+      return new Response(stream, { status: 200, headers: { "content-type": type } });
+    };
+    const result = await new Promise((resolve) => {
+      const bus = new Herald({ transports: [transport], fetch: replay });
+      const callback = () => {
+        if (count++ === 0) tFirstCallback = performance.now();
+        if (count === total) {
+          const t1 = performance.now();
+          bus.stop().then(() => resolve({ total: t1 - t0, firstCallback: tFirstCallback - tFirstByte }));
+        }
+      };
+      for (const c of chans) bus.subscribe(c, callback, { lastId: 0 });
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    gc();
+    return { ...result, heap: performance.memory.usedJSHeapSize - heap0, count };
+  }, { transport, body, type, chans: channels(set), total, CHUNK });
+}
+
+// In the page: message_bus's client (npm message-bus-client 4.5.2) with its XHR adapter, on a replaying XHR.
+async function messageBusRun(page, { chunked, set, total }) {
+  return page.evaluate(async ({ chunked, chans, total, CHUNK }) => {
+    const bytes = parent.bodies[chunked ? "jsonStream" : "json"];
+    gc();
+    const heap0 = performance.memory.usedJSHeapSize;
+    let t0 = 0, tFirstByte = 0, tFirstCallback = 0, count = 0, served = false;
+    class ReplayXHR {
+      constructor() { this.readyState = 0; this.status = 0; this.responseText = ""; this.onprogress = null; this.onreadystatechange = null; }
+      open() { this.readyState = 1; }
+      setRequestHeader() {}
+      getResponseHeader(name) { return name.toLowerCase() === "content-type" ? (chunked ? "text/plain; charset=utf-8" : "application/json; charset=utf-8") : null; }
+      abort() {}
+      send() {
+        if (served) return; // later polls never answer
+        served = true;
+        t0 = performance.now();
+        const utf8 = new TextDecoder();
+        let at = 0;
+        let lastProgress = 0;
+        const step = () => {
+          if (!tFirstByte) tFirstByte = performance.now();
+          if (chunked) {
+            this.responseText += utf8.decode(bytes.subarray(at, at + CHUNK), { stream: true });
+            at += CHUNK;
+            this.readyState = 3;
+            this.status = 200;
+            // Chromium fires progress at most every 50 ms, and once more when the body is complete.
+            const now = performance.now();
+            if (now - lastProgress >= 50 || at >= bytes.length) {
+              lastProgress = now;
+              this.onprogress?.();
+            }
+            if (at < bytes.length) return setTimeout(step, 0);
+          } else {
+            this.responseText = utf8.decode(bytes);
+          }
+          this.readyState = 4;
+          this.status = 200;
+          this.onreadystatechange?.();
+        };
+        setTimeout(step, 0);
+      }
+    }
+    ReplayXHR.prototype.onprogress = null;
+    window.XMLHttpRequest = ReplayXHR;
+    const bus = window.MessageBus;
+    bus.baseUrl = "/";
+    bus.enableChunkedEncoding = chunked;
+    bus.alwaysLongPoll = true;
+    const result = await new Promise((resolve) => {
+      const callback = () => {
+        if (count++ === 0) tFirstCallback = performance.now();
+        if (count === total) {
+          const t1 = performance.now();
+          bus.stop();
+          resolve({ total: t1 - t0, firstCallback: tFirstCallback - tFirstByte });
+        }
+      };
+      for (const c of chans) bus.subscribe(c, callback, 0);
+    });
+    await new Promise((r) => setTimeout(r, 50));
+    gc();
+    return { ...result, heap: performance.memory.usedJSHeapSize - heap0, count };
+  }, { chunked, chans: channels(set), total, CHUNK });
+}
+
+const ROWS = [
+  { name: "Herald client, stream, MessagePack", run: (p, set) => heraldRun(p, { transport: "stream", body: "msgpack", type: "application/vnd.msgpack", set, total: COUNT }) },
+  { name: "Herald client, long poll (one body), MessagePack", run: (p, set) => heraldRun(p, { transport: "longpoll", body: "msgpack", type: "application/vnd.msgpack", set, total: COUNT }) },
+  { name: "Herald client, stream, JSON", run: (p, set) => heraldRun(p, { transport: "stream", body: "jsonStream", type: "text/plain; charset=utf-8", set, total: COUNT }) },
+  { name: "message-bus.js, chunked (its default)", mb: true, run: (p, set) => messageBusRun(p, { chunked: true, set, total: COUNT }) },
+  { name: "message-bus.js, not chunked", mb: true, run: (p, set) => messageBusRun(p, { chunked: false, set, total: COUNT }) },
+];
+
+// The real server's reply bodies for the 5 channels from id 0, fetched by the page itself.
+async function loadBodies(page, set) {
+  const body = channels(set).map((c) => `${encodeURIComponent(c)}=0`).join("&");
+  return page.evaluate(async ({ body, jsonUrl, msgpackUrl }) => {
+    const get = async (url, accept) => new Uint8Array(await (await fetch(url, {
+      method: "POST", body, headers: { "content-type": "application/x-www-form-urlencoded", "dont-chunk": "true", accept },
+    })).arrayBuffer());
+    const json = await get(jsonUrl, "application/json");
+    const msgpack = await get(msgpackUrl, "application/vnd.msgpack");
+    const sep = new TextEncoder().encode("\r\n|\r\n");
+    const jsonStream = new Uint8Array(json.length + sep.length);
+    jsonStream.set(json);
+    jsonStream.set(sep, json.length);
+    window.bodies = { json, msgpack, jsonStream };
+    return { json: json.length, msgpack: msgpack.length };
+  }, { body, jsonUrl: `${servers.json.url}/message-bus/bodies/poll?dlp=t`, msgpackUrl: `${servers.msgpack.url}/message-bus/bodies/poll?dlp=t` });
+}
+
+const median = (xs) => {
+  const s = [...xs].sort((a, b) => a - b);
+  return s.length % 2 ? s[(s.length - 1) / 2] : (s[s.length / 2 - 1] + s[s.length / 2]) / 2;
+};
+const fmt = (n, digits = 0) => n.toLocaleString("en-US", { maximumFractionDigits: digits, minimumFractionDigits: digits });
+
+async function bodySizes(servers, set) {
+  const body = channels(set).map((c) => `${encodeURIComponent(c)}=0`).join("&");
+  const sizes = {};
+  for (const [name, server, accept] of [["JSON", servers.json, "application/json"], ["MessagePack", servers.msgpack, "application/vnd.msgpack"]]) {
+    const r = await fetch(`${server.url}/message-bus/sizes${name}/poll?dlp=t`, {
+      method: "POST", body, headers: { "content-type": "application/x-www-form-urlencoded", "dont-chunk": "true", accept },
+    });
+    const bytes = Buffer.from(await r.arrayBuffer());
+    sizes[name] = { raw: bytes.length, gzip: gzipSync(bytes, { level: 6 }).length, brotli: brotliCompressSync(bytes).length };
+  }
+  return sizes;
+}
+
+// One server, its log in MessagePack; it answers JSON clients too (the bytes are replayed, so its
+// transcoding time does not count).
+const server = await startServer({ dir: prepare("msgpack") });
+const servers = { json: server, msgpack: server };
+const browser = await chromium.launch({
+  executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
+  headless: true,
+  args: ["--js-flags=--expose-gc", "--enable-precise-memory-info", ...(process.getuid?.() === 0 ? ["--no-sandbox"] : [])],
+});
+const version = browser.version();
+const context = await browser.newContext();
+const page = await context.newPage();
+page.on("pageerror", (e) => console.error("page error:", e));
+
+const results = {};
+try {
+  for (const set of ["mixed", "ascii"]) {
+    await page.goto(`${server.url}/blank`);
+    await loadBodies(page, set);
+    for (let round = 0; round < ROUNDS; round++) {
+      const order = ROWS.map((_, i) => ROWS[(i + round) % ROWS.length]);
+      for (const row of order) {
+        await page.evaluate(() => new Promise((resolve) => {
+          document.querySelector("iframe")?.remove();
+          const iframe = document.createElement("iframe");
+          iframe.onload = resolve;
+          iframe.src = "/blank";
+          document.body.appendChild(iframe);
+        }));
+        const frame = await (await page.$("iframe")).contentFrame();
+        if (row.mb) {
+          await frame.addScriptTag({ url: "/assets/message-bus.js" });
+          await frame.addScriptTag({ url: "/assets/message-bus-ajax.js" });
+        } else {
+          await frame.addScriptTag({ url: "/message-bus/herald.js" });
+        }
+        const r = await row.run(frame, set);
+        if (r.count !== COUNT) throw new Error(`${row.name}: ${r.count} callbacks, expected ${COUNT}`);
+        ((results[set] ||= {})[row.name] ||= []).push(r);
+        console.error(`${set} round ${round + 1} ${row.name}: ${fmt(r.total)} ms (first callback ${fmt(r.firstCallback, 1)} ms after the first byte, heap ${fmt(r.heap / 1e6, 1)} MB)`);
+      }
+    }
+  }
+  const sizes = { mixed: await bodySizes(servers, "mixed"), ascii: await bodySizes(servers, "ascii") };
+  const script = readFileSync(join(ROOT, "lib/herald/rack/herald.js"));
+  const mbScript = readFileSync(join(ROOT, "node_modules/message-bus-client/assets/message-bus.js"));
+
+  const out = [];
+  out.push("# Browser client benchmark", "");
+  out.push(`- Chromium ${version} headless, ${execFileSync("nproc").toString().trim()} cores, ${new Date().toISOString().slice(0, 10)}; \`herald server\` (Puma, log store) on loopback`);
+  out.push(`- command: \`node bench/js_client/run.mjs\` (ROUNDS=${ROUNDS}, COUNT=${COUNT}); median of ${ROUNDS} runs per row, rows interleaved and rotated per round`);
+  out.push(`- ${fmt(COUNT)} message_bus-style messages on 5 channels, subscribed from id 0; "mixed": about 10% carry non-ASCII text (accents, CJK, Cyrillic, emoji); "ascii": none`);
+  out.push("- ms: the request to the last callback, on the real server's reply bytes replayed from memory in 64 KiB chunks (see the top of run.mjs); first callback: after the first chunk; heap: after the run and a forced GC, minus before", "");
+  for (const set of ["mixed", "ascii"]) {
+    const base = median(results[set]["message-bus.js, chunked (its default)"].map((r) => r.total));
+    const fastest = Math.min(...ROWS.filter((r) => r.mb).map((r) => median(results[set][r.name].map((x) => x.total))));
+    out.push(`## ${set === "mixed" ? "Mixed text" : "ASCII-only text"}`, "");
+    out.push("| path | ms | messages/s | vs message-bus.js default | vs its fastest | first callback after first byte, ms | heap after, MB |");
+    out.push("|---|---:|---:|---:|---:|---:|---:|");
+    for (const row of ROWS) {
+      const rs = results[set][row.name];
+      const total = median(rs.map((r) => r.total));
+      out.push(`| ${row.name} | ${fmt(total)} | ${fmt(COUNT / total * 1000 / 1e6, 2)}M | ${fmt(base / total, 2)}x | ${fmt(fastest / total, 2)}x | ${fmt(median(rs.map((r) => r.firstCallback)), 1)} | ${fmt(median(rs.map((r) => r.heap)) / 1e6, 1)} |`);
+    }
+    out.push("");
+    out.push(`Reply bodies for the 5 channels: JSON ${fmt(sizes[set].JSON.raw / 1e6, 1)} MB (gzip ${fmt(sizes[set].JSON.gzip / 1e6, 2)}, brotli ${fmt(sizes[set].JSON.brotli / 1e6, 2)}), MessagePack ${fmt(sizes[set].MessagePack.raw / 1e6, 1)} MB (gzip ${fmt(sizes[set].MessagePack.gzip / 1e6, 2)}, brotli ${fmt(sizes[set].MessagePack.brotli / 1e6, 2)}).`, "");
+  }
+  out.push("## Script size", "");
+  out.push(`Herald's client as served (\`lib/herald/rack/herald.js\`, minified, MessagePack decoder and MessageBus facade included): ${fmt(script.length)} bytes, ${fmt(gzipSync(script, { level: 9 }).length)} gzip. message-bus.js 4.5.2 (not minified; needs jQuery or the 38-line ajax adapter): ${fmt(mbScript.length)} bytes, ${fmt(gzipSync(mbScript, { level: 9 }).length)} gzip.`, "");
+  writeFileSync(join(ROOT, "bench/js_client/RESULTS.md"), out.join("\n"));
+  console.log(out.join("\n"));
+} finally {
+  await browser.close();
+  await server.stop({ keepDir: true });
+}
