@@ -164,6 +164,13 @@ module StoreContract
     assert_equal ["long"], @store.backlog("/mixed", 0).map(&:data)
   end
 
+  # Found by the model test: Redis and PostgreSQL named a backlog's messages with the reader's channel
+  # String, so a read with an ASCII-8BIT name (from a Rack env) returned ASCII-8BIT channels.
+  def test_backlog_channels_are_utf8_whatever_the_encoding_of_the_name_read
+    append("/rack", "x")
+    assert_equal [Encoding::UTF_8], @store.backlog("/rack".b, 0).map { |m| m.channel.encoding }
+  end
+
   def test_invalid_retention_is_an_argument_error
     assert_raises(ArgumentError) { append("/a", 1, max_backlog_size: 0) }
     assert_raises(ArgumentError) { append("/a", 1, max_backlog_age: -1) }

@@ -56,7 +56,7 @@ module Herald
       def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
         Store.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
-        reopen if ForkTracker.forked?(@pid)
+        reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
         if @fsync == :always
           return commit_durably([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
             max_backlog_size, max_backlog_age])
@@ -94,7 +94,7 @@ module Herald
       def global_backlog(last_id = 0, limit: nil) = reading { @index.global_backlog(last_id, limit) }
 
       def wait(last_global_id, timeout:)
-        reopen if ForkTracker.forked?(@pid)
+        reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
         @lock.synchronize do
           loop do
@@ -128,7 +128,7 @@ module Herald
       private
 
       def reading
-        reopen if ForkTracker.forked?(@pid)
+        reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
         @lock.synchronize { yield }
       end
 

@@ -31,7 +31,9 @@ module Herald
       end
 
       # Every record as a lazy Message (expired ones too: callers filter, caches keep them all).
+      # `channel` (the name a backlog was read with) is shared by its messages: tagged UTF-8 as stored.
       def self.decode_all(records, channel = nil)
+        channel = channel.dup.force_encoding(Encoding::UTF_8).freeze if channel && channel.encoding != Encoding::UTF_8
         records.map! { |r| Message.new(r, channel) }
       end
 

@@ -20,7 +20,7 @@ module Herald
       class Reservation
         FIRST_STEP = 1024
         MAX_STEP = 1 << 20
-        FAST = 1.0 # seconds: a reservation used up faster than this doubles the next one
+        FAST = 1.0 # seconds: a reservation used up faster than this doubles the next ones
         # Before "reserved" is raised the log is synced, so (without :never) "reserved" never runs more
         # than a step and a group-commit batch past the durable end of the log: when IDS itself is
         # damaged, ids restart this far above the log's end.
@@ -71,7 +71,7 @@ module Herald
           return if last <= @reserved
           sync.call
           now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-          @step = (now - @extended_at < FAST) ? [@step * 2, MAX_STEP].min : FIRST_STEP
+          @step = [@step * 2, MAX_STEP].min if now - @extended_at < FAST # never smaller: bursts come back
           @extended_at = now
           write(last + @step)
           @reserved = last + @step # only once it is on disk: a failed write reserves nothing
