@@ -131,7 +131,7 @@ class RailsAppTest < Minitest::Test
     return if File.exist?(File.join(GEMS, "specifications", "railties-#{RAILS}.gemspec")) &&
       File.exist?(File.join(GEMS, "specifications", "puma-#{PUMA}.gemspec"))
     log "installing Rails #{RAILS} and Puma #{PUMA} into #{GEMS} (once)"
-    run!(ROOT, "gem", "install", "--no-document", "rails:#{RAILS}", "puma:#{PUMA}", "--", "--use-system-libraries")
+    run!(ROOT, "gem", "install", "--no-document", "rails:#{RAILS}", "puma:#{PUMA}") # NOKOGIRI_USE_SYSTEM_LIBRARIES: see #env
   end
 
   def new_app
