@@ -151,4 +151,27 @@ class BusTest < Minitest::Test
     Process.wait(pid)
     assert_equal "from the child\n", line
   end
+
+  # A store that fails its first catch-up read (as a networked store does after its retries): fault
+  # injection on the real Memory store, not a stand-in for it.
+  class FlakyCatchUpStore < Herald::Store::Memory
+    def backlog(...)
+      @failed ? super : (@failed = true) && raise(Herald::ConnectionError, "connection lost")
+    end
+  end
+
+  def test_a_failed_catch_up_is_retried_not_dropped
+    errors = Queue.new
+    bus = Herald::Bus.new(store: FlakyCatchUpStore.new, on_error: ->(e, _m) { errors << e })
+    bus.publish("/c", "before")
+    got = Queue.new
+    bus.subscribe("/c", 0) { |m| got << m.data }
+    bus.subscribe("/c", 0) { |m| got << "second #{m.data}" }
+    assert_kind_of Herald::ConnectionError, Timeout.timeout(5) { errors.pop }
+    bus.publish("/c", "after")
+    seen = Array.new(4) { Timeout.timeout(5) { got.pop } }
+    assert_equal ["after", "before", "second after", "second before"], seen.sort
+  ensure
+    bus&.close
+  end
 end

@@ -19,6 +19,18 @@ module Herald
       end
     end
 
+    # Repeats the block while a networked store says its server is away (a restart under way), up to `timeout`.
+    def retrying(timeout: 10)
+      deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+      begin
+        yield
+      rescue Herald::ConnectionError
+        raise if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+        sleep 0.05
+        retry
+      end
+    end
+
     def json_codec = Herald::Codec::Json
   end
 end

@@ -186,9 +186,14 @@ module Herald
     def activate_pending
       return if @pending.empty?
       fresh = @lock.synchronize { @pending.shift(@pending.size) }
-      fresh.each do |sub|
+      fresh.each_with_index do |sub, i|
         sub.catch_up(@store).each { |msg| safely(msg) { sub.deliver(msg) } }
         @lock.synchronize { @subscriptions << sub if sub.active? }
+      rescue
+        # The store failed the catch-up read (a lost connection): this subscription and the ones after it
+        # go back to pending, to be caught up on the dispatcher's next round, never dropped.
+        @lock.synchronize { @pending.unshift(*fresh[i..]) }
+        raise
       end
     end
 

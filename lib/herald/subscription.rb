@@ -33,7 +33,12 @@ module Herald
     # What this subscription missed before it went live. Called once, on the dispatcher thread.
     def catch_up(store)
       return [] unless @catch_up
-      @catch_up = false
+      missed = read_missed(store)
+      @catch_up = false # only once the read succeeded: a failed one is tried again
+      missed
+    end
+
+    private def read_missed(store)
       return store.global_backlog(@last_id) unless @channel
       return store.backlog(@channel, @last_id, site_id: @site_id) unless @every_site
       every_site_catch_up(store)

@@ -113,15 +113,4 @@ module NetworkedStoreContract
   ensure
     Process.kill(:KILL, pid) rescue nil # standard:disable Style/RescueModifier
   end
-
-  def retrying(timeout: 10)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-    begin
-      yield
-    rescue Herald::ConnectionError
-      raise if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      sleep 0.05
-      retry
-    end
-  end
 end

@@ -27,17 +27,6 @@ class RedisFaultsTest < Minitest::Test
 
   def flush! = RedisClient.new(url: @url).then { |r| r.call("FLUSHALL").tap { r.close } }
 
-  def retrying(timeout: 10)
-    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
-    begin
-      yield
-    rescue Herald::ConnectionError
-      raise if Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
-      sleep 0.05
-      retry
-    end
-  end
-
   # (1) A new process knows no epoch, so its first publishes after a restart without persistence cannot
   # tell a reset from a new store. The live subscriber's process can: it is told (on_reset) and everything
   # published after it noticed reaches it, with ids above the old ones.
