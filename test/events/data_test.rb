@@ -2,7 +2,6 @@
 
 require_relative "events_helper"
 require_relative "../support/real_data"
-require "open3"
 
 # Every byte comes back through events: the data users send (RealData: accents, CJK, emoji and ZWJ
 # sequences, NUL, empty and 1 MiB values, binary) through sync and deferred subscribers, dead letters and
@@ -199,12 +198,6 @@ class LogEventDataTest < Minitest::Test
     end
   ensure
     ENV.delete("REPLAY_OUT")
-  end
-
-  private
-
-  def herald(*args, env: {})
-    Open3.capture2e(env, RbConfig.ruby, File.expand_path("../../exe/herald", __dir__), *args)
   end
 end
 

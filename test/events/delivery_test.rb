@@ -1,7 +1,6 @@
 # frozen_string_literal: true
 
 require_relative "events_helper"
-require "open3"
 
 # Deferred delivery in one process: after the event is durable, retries with backoff, dead letters, replay.
 class DeliveryTest < Minitest::Test
@@ -134,11 +133,5 @@ class DeliveryTest < Minitest::Test
   ensure
     store&.close
     ENV.delete("REPLAY_OUT")
-  end
-
-  private
-
-  def herald(*args, env: {})
-    Open3.capture2e(env, RbConfig.ruby, File.expand_path("../../exe/herald", __dir__), *args)
   end
 end

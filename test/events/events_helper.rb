@@ -2,6 +2,7 @@
 
 require "test_helper"
 require "stringio"
+require "open3"
 
 module Herald
   module EventsTestSupport
@@ -54,6 +55,11 @@ module Herald
     def read_ids(path) = File.exist?(path) ? File.read(path).split("\n").map { |l| Integer(l) } : []
 
     def monotonic = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+    # `exe/herald ARGS` in a child process: [stdout and stderr together, Process::Status].
+    def herald(*args, env: {})
+      Open3.capture2e(env, RbConfig.ruby, File.expand_path("../../exe/herald", __dir__), *args)
+    end
 
     # Herald.logger's lines while the block runs (the logger is restored after). The block gets the
     # StringIO, to wait for lines that worker threads write.
