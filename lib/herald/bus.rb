@@ -99,12 +99,12 @@ module Herald
     end
 
     # Raises as publish would for this channel name (for code that appends through the store itself:
-    # durable events). Returns the channel.
+    # durable events). Returns the channel as publish stores it (tagged UTF-8).
     def check_channel!(channel)
       validate_channel!(channel)
       text!(:channel, channel)
       Store.validate_name_sizes!(channel, nil)
-      channel
+      utf8(channel)
     end
 
     private

@@ -55,10 +55,13 @@ class SubscriberTest < Minitest::Test
 
   # Event channels follow Bus#publish's rules: any non-empty UTF-8 name (as message_bus), checked the same way.
   def test_event_channels_take_the_names_publish_takes
+    use_store(Herald::Store::Memory.new) # the store that keeps a name's encoding as given
     got = []
     define_subscriber("NoSlash", "orders") { |e, _m| got << e }
     Herald.publish_event({"n" => "é"}, channel: "orders")
     assert_equal [{"n" => "é"}], got
+    Herald.publish_event({"n" => 2}, channel: "orders".b) # an ASCII name from a Rack env: stored as UTF-8, as publish does
+    assert_equal [Encoding::UTF_8], Herald.backlog("orders").map { |m| m.channel.encoding }.uniq
     assert_raises(ArgumentError) { Herald.publish_event({}, channel: "") }
     assert_raises(Herald::InvalidMessageError) { Herald.publish_event({}, channel: "bad\xFF") }
   end

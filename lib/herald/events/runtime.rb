@@ -32,7 +32,7 @@ module Herald
       def publish(event, channel, bus)
         registry = Events.registry
         channel ||= registry.channel_for(event.class)
-        bus.check_channel!(channel) # the same names as Bus#publish: events append through the store itself
+        channel = bus.check_channel!(channel) # the same names as Bus#publish: events append through the store itself
         start(bus) unless @pool || @checked == registry.generation || !Events.autostart
         return store(event, channel, bus, registry) unless Instrumentation.listening?(PUBLISH)
         Instrumentation.instrument(PUBLISH, {channel: channel, event: event}) { store(event, channel, bus, registry) }
