@@ -14,10 +14,11 @@ module Bench
   # Runs the block with a server in a child process: test/support/http_server.rb, the same Puma settings
   # (Herald::Server.build_puma) and demo app in front of message_bus's middleware (memory backend) or
   # Herald's (the embedded log in a temporary directory). Both lift the 1,000-client cap.
-  def self.with_http_server(impl)
+  # args: more options for http_server.rb (--trace, --workers N).
+  def self.with_http_server(impl, args = [])
     Dir.mktmpdir("herald-http-bench") do |dir|
       command = [RbConfig.ruby, File.join(HTTP_ROOT, "test/support/http_server.rb"), "--impl", impl,
-        "--dir", dir, "--threads", THREADS.to_s, "--max-clients", "20000"]
+        "--dir", dir, "--threads", THREADS.to_s, "--max-clients", "20000", *args]
       server = Herald::SpawnedServer.new(command, dir: dir)
       begin
         yield server
@@ -27,11 +28,11 @@ module Bench
     end
   end
 
-  # Runs the block with every server of impls ({name => impl}) up at once: {name => server}.
+  # Runs the block with every server of impls ({name => impl, or [impl, args]}) up at once: {name => server}.
   def self.with_http_servers(impls, started = {}, &block)
     return yield(started) if impls.empty?
     (name, impl), *rest = impls.to_a
-    with_http_server(impl) { |server| with_http_servers(rest, started.merge(name => server), &block) }
+    with_http_server(*impl) { |server| with_http_servers(rest, started.merge(name => server), &block) }
   end
 
   def self.rss_kb(pid) = File.read("/proc/#{pid}/status")[/VmRSS:\s+(\d+)/, 1].to_i

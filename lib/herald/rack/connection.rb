@@ -26,6 +26,9 @@ module Herald
 
       def streaming? = @mode != :poll
 
+      # Whether the fan-out may hand this client a message's shared reply bytes (SocketConnection).
+      def shared_reply? = false
+
       # The first bytes: headers and backlog for streams (`[]` when there is none: the JS client gives up
       # on streaming if nothing arrives within 3 s). A long poll with nothing to say writes nothing yet.
       def start(msgs, status)
