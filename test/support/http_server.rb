@@ -4,7 +4,10 @@
 # (Herald::Server.build_puma) and the same demo app, in front of either implementation:
 #
 #   ruby test/support/http_server.rb --impl herald|message_bus [--port 0] [--dir DIR] [--store log|memory]
-#     [--threads 5] [--user-cookie NAME] [--max-clients N]
+#     [--threads 5] [--user-cookie NAME] [--max-clients N] [--front herald|puma]
+#
+# --front (Herald only): Herald's own event loop (Herald::Server::Front) or Puma in front of the middleware
+# (the default here: the embedded-middleware case).
 #
 # --user-cookie NAME makes the user id the value of cookie NAME: test-only wiring for targeted delivery
 # (a real app derives the user from its session). It prints "listening <port>" once it accepts connections
@@ -17,7 +20,7 @@ require "herald"
 require "herald/server"
 
 options = {impl: "herald", port: 0, dir: nil, store: "log", threads: Herald::Server::DEFAULT_THREADS,
-           user_cookie: nil, max_clients: nil}
+           user_cookie: nil, max_clients: nil, front: "puma"}
 OptionParser.new do |o|
   o.on("--impl NAME") { |v| options[:impl] = v }
   o.on("--port PORT", Integer) { |v| options[:port] = v }
@@ -26,6 +29,7 @@ OptionParser.new do |o|
   o.on("--threads N", Integer) { |v| options[:threads] = v }
   o.on("--user-cookie NAME") { |v| options[:user_cookie] = v }
   o.on("--max-clients N", Integer) { |v| options[:max_clients] = v }
+  o.on("--front NAME", %w[herald puma]) { |v| options[:front] = v }
 end.parse!(ARGV)
 
 # POST /test/publish {"channel":..., "data":..., "user_ids":[...], "group_ids":[...]}: targeted publishing
@@ -58,7 +62,7 @@ when "herald"
   lookups = {user_id_lookup: user_lookup}.compact
   lookups[:max_active_clients] = options[:max_clients] if options[:max_clients]
   server = Herald::Server.new(host: "127.0.0.1", port: options[:port], store: store, threads: options[:threads],
-    log: nil, app: ->(app, bus) { TestPublish.new(app, bus) }, **lookups)
+    log: nil, app: ->(app, bus) { TestPublish.new(app, bus) }, front: options[:front].to_sym, **lookups)
   server.start
   puts "listening #{server.port}"
   $stdout.flush
