@@ -101,7 +101,7 @@ class RailsIntegrationPointsTest < Minitest::Test
     mw = Herald::Rack::Middleware.new(->(_) { [200, {}, ["app"]] }, long_polling_interval: 10)
     long_poll = lambda do |last_id|
       Thread.new do
-        env = Rack::MockRequest.env_for("/message-bus/c1/poll", method: "POST", input: "/chat=#{last_id}", "HTTP_DONT_CHUNK" => "1")
+        env = Rack::MockRequest.env_for("/message-bus/c1/poll", :method => "POST", :input => "/chat=#{last_id}", "HTTP_DONT_CHUNK" => "1")
         _, _, body = mw.call(env)
         text = +""
         body.each { |part| text << part }
