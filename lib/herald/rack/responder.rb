@@ -9,6 +9,7 @@ module Herald
       CLIENT_ID = /\A[A-Za-z0-9_.~-]{1,128}\z/
       HEADER_SAFE = /\A[^\r\n\0]*\z/
       EMPTY = {}.freeze
+      POLL = "poll.herald"
 
       def initialize(middleware, env, client_id, action)
         @mw = middleware
@@ -16,26 +17,56 @@ module Herald
         @env = env
         @client_id = client_id
         @action = action
+        @payload = nil # poll.herald's, when somebody listens
       end
 
       def call
-        raise RequestError, "client id must be 1-128 characters of A-Z a-z 0-9 _ . ~ -" unless @client_id.match?(CLIENT_ID)
-        return [200, headers(Middleware::JSON_TYPE), ["OK"]] if @env["REQUEST_METHOD"] == "OPTIONS"
+        return [200, headers(Middleware::JSON_TYPE), ["OK"]] if @env["REQUEST_METHOD"] == "OPTIONS" && client_id?
+        Instrumentation.listening?(POLL) ? instrumented : answer
+      end
+
+      private
+
+      def client_id? = @client_id.match?(CLIENT_ID)
+
+      def answer
+        raise RequestError, "client id must be 1-128 characters of A-Z a-z 0-9 _ . ~ -" unless client_id?
         sse = @action == "sse"
         request = if sse
           PollRequest.from_query(@env["QUERY_STRING"].to_s, max_channels: @options[:max_channels])
         else
           PollRequest.from_env(@env, max_body_bytes: @options[:max_body_bytes], max_channels: @options[:max_channels])
         end
+        @payload[:channels] = request.channels.size if @payload
         client = build_client(request)
         snapshot = @mw.bus.store.last_global_id
         msgs, status = sse ? sse_backlog(client, request) : backlog(client, request)
         respond(client, msgs, status, snapshot, sse)
       end
 
-      private
+      # poll.herald: what was asked and answered, never who asked (the client id is a bearer token). A
+      # RequestError is reported by its status (400, 413), not as an exception: its message is the client's.
+      def instrumented
+        @payload = {channels: 0, mode: nil, status: nil, messages: 0, parked: false}
+        error = nil
+        response = Instrumentation.instrument(POLL, @payload) do
+          answer.tap { |r| @payload[:status] = r[0] }
+        rescue RequestError => e
+          @payload[:status] = e.status
+          error = e
+        end
+        error ? raise(error) : response
+      end
+
+      # The transport the client asked for: SSE, a chunked stream, a long poll or a short (dlp=t) poll.
+      def mode(sse)
+        return :sse if sse
+        return :short_poll unless long_polling?
+        chunked? ? :chunked : :long_poll
+      end
 
       def respond(client, msgs, status, snapshot, sse)
+        @payload[:mode] = mode(sse) if @payload
         ready = !msgs.empty? || status
         return park(client, :sse, msgs, status, snapshot) if sse && room?
         return too_many if sse
@@ -111,6 +142,7 @@ module Herald
       end
 
       def reply(msgs, status)
+        @payload[:messages] = msgs.size if @payload
         if msgpack?
           [200, headers(Middleware::MSGPACK_TYPE), [@mw.wire.msgpack_array(msgs, status)]]
         else
@@ -123,6 +155,10 @@ module Herald
       end
 
       def park(client, mode, msgs, status, snapshot)
+        if @payload
+          @payload[:parked] = true
+          @payload[:messages] = msgs.size # a stream's backlog, written as it starts
+        end
         reactor = @mw.reactor
         common = {client: client, mode: mode, encoding: msgpack? ? :msgpack : :json, wire: @mw.wire}
         if hijack?
