@@ -14,9 +14,11 @@ require_relative "server/puma_log"
 require_relative "server/front"
 
 module Herald
-  # `herald server`: Puma in this process, Herald::Rack::Middleware in front of the demo page, and the
-  # embedded log store. Parked long-polls are handed off by the middleware (rack.hijack), so a few Puma
-  # threads serve any number of waiting browsers; threads only run the short requests.
+  # `herald server`: Herald::Rack::Middleware in front of the demo page, on the embedded log store, behind
+  # Herald's own HTTP front end (Front): one event loop reads and parses every connection (Puma's C parser)
+  # and answers message-bus requests itself; parked polls, streams and SSE go to the middleware's event loop
+  # (rack.hijack); the demo page and anything else run on a few threads. `front: :puma` (`herald server
+  # --puma`) puts Puma in front of the middleware instead, as an app embedding Herald does.
   #
   #   server = Herald::Server.new(port: 0, dir: "tmp/herald", user_id_lookup: ->(env) { ... })
   #   server.start          # listening; server.port tells the port when 0 was asked
@@ -34,7 +36,7 @@ module Herald
     # :herald, Herald's own front end (Front: polls answered on an event loop, the rest on a thread pool);
     # :puma, Puma in front of the middleware (as an app embeds Herald).
     FRONTS = %i[herald puma].freeze
-    DEFAULT_FRONT = :puma
+    DEFAULT_FRONT = :herald
 
     attr_reader :bus, :host
 

@@ -10,7 +10,8 @@
 # (a real app derives the user from its session). It prints "listening <port>" once it accepts connections
 # and stops on SIGTERM/SIGINT. --trace (Herald only, for bench/http_latency_bench.rb) records the server-side
 # timing of every fan-out in DIR (bench/support/fan_out_trace.rb). --front (Herald only): Herald's own front
-# end (Herald::Server::Front) or Puma in front of the middleware (the default here: the embedded case).
+# end (Herald::Server::Front, as `herald server`) or Puma in front of the middleware (how an app embeds Herald,
+# the default here); HERALD_TEST_FRONT=herald|puma sets the default (bin/test runs the browser tests with herald).
 $LOAD_PATH.unshift File.expand_path("../../lib", __dir__)
 require "optparse"
 require "logger"
@@ -19,7 +20,8 @@ require "herald"
 require "herald/server"
 
 options = {impl: "herald", port: 0, dir: nil, store: "log", threads: Herald::Server::DEFAULT_THREADS,
-           user_cookie: nil, max_clients: nil, trace: false, front: "puma"}
+           user_cookie: nil, max_clients: nil, trace: false,
+           front: ENV.fetch("HERALD_TEST_FRONT", "puma")}
 OptionParser.new do |o|
   o.on("--impl NAME") { |v| options[:impl] = v }
   o.on("--port PORT", Integer) { |v| options[:port] = v }

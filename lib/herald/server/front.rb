@@ -29,6 +29,9 @@ module Herald
       STATUS = Puma::HTTP_STATUS_CODES
       NO_BODY = [204, 304].freeze
       LINGER = 2 # seconds an answered error connection reads and discards before it is closed
+      RACK_VERSION = [1, 6].freeze
+      # Headers the front end writes itself (rack.* are not headers); content-length is kept when the app set it.
+      FRAMING = /\A(?:rack\.|connection\z|transfer-encoding\z|content-length\z)/i
 
       attr_reader :port
 
@@ -47,6 +50,7 @@ module Herald
         @inbox = Thread::Queue.new # finished pool requests
         @jobs = Thread::Queue.new
         @stopping = false
+        @status_lines = {}
       end
 
       def start
@@ -161,7 +165,7 @@ module Herald
         env["SERVER_NAME"], env["SERVER_PORT"] = server_name(env["HTTP_HOST"])
         env["REMOTE_ADDR"] = conn.remote_addr
         env["SERVER_SOFTWARE"] = SERVER_SOFTWARE
-        env["rack.version"] = [1, 6]
+        env["rack.version"] = RACK_VERSION
         env["rack.url_scheme"] = "http"
         env["rack.input"] = StringIO.new(body)
         env["rack.errors"] = $stderr
@@ -181,7 +185,14 @@ module Herald
         path.empty? ? "/" : path
       end
 
+      # SERVER_NAME and SERVER_PORT from the Host header; the last one is remembered (clients repeat it).
       def server_name(host)
+        return @last_server_name if host == @last_host && host
+        @last_host = host
+        @last_server_name = parse_host(host)
+      end
+
+      def parse_host(host)
         return [@host, @server_port] if host.nil? || host.empty?
         if host.start_with?("[")
           name, port = host.split("]:", 2)
@@ -206,8 +217,10 @@ module Herald
       end
 
       def keep_alive?(env)
-        connection = env["HTTP_CONNECTION"].to_s
-        if env["SERVER_PROTOCOL"] == "HTTP/1.1"
+        connection = env["HTTP_CONNECTION"]
+        http11 = env["SERVER_PROTOCOL"] == "HTTP/1.1"
+        return http11 if connection.nil?
+        if http11
           !connection.match?(/\bclose\b/i)
         else
           connection.match?(/\bkeep-alive\b/i)
@@ -252,14 +265,20 @@ module Herald
       # Status line and headers. Rack 3 values may hold several lines ("a\nb"); rack.* keys are not headers.
       def head(env, status, headers, length, keep, chunked: false)
         version = (env["SERVER_PROTOCOL"] == "HTTP/1.0") ? "HTTP/1.0" : "HTTP/1.1"
-        out = +"#{version} #{status} #{STATUS[status] || "CUSTOM"}\r\n".b
+        out = +(@status_lines[[version, status]] ||= "#{version} #{status} #{STATUS[status] || "CUSTOM"}\r\n".b.freeze)
         has_length = false
         headers.each do |name, value|
-          key = name.to_s.downcase
-          next if key.start_with?("rack.") || key == "connection" || key == "transfer-encoding"
-          has_length = true if key == "content-length"
-          value.to_s.split("\n").each { |line| out << name.to_s << ": " << line << "\r\n" } unless value.is_a?(Array)
-          value.each { |line| out << name.to_s << ": " << line.to_s << "\r\n" } if value.is_a?(Array)
+          name = name.to_s
+          if FRAMING.match?(name)
+            key = name.downcase
+            next unless key == "content-length"
+            has_length = true
+          end
+          if value.is_a?(String) && !value.include?("\n")
+            out << name << ": " << value << "\r\n"
+          else
+            (value.is_a?(Array) ? value : value.to_s.split("\n")).each { |line| out << name << ": " << line.to_s << "\r\n" }
+          end
         end
         out << "content-length: " << length.to_s << "\r\n" if length && !has_length && !NO_BODY.include?(status)
         out << "transfer-encoding: chunked\r\n" if chunked
