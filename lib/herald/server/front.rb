@@ -37,8 +37,9 @@ module Herald
 
       # app: the Rack app (the middleware, with the demo app or an app behind it).
       # inline: ->(path) { true for requests answered on the event loop }.
-      def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10)
+      def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10, reuse_port: false)
         @app = app
+        @reuse_port = reuse_port
         @inline = inline
         @host = host
         @port = port
@@ -54,7 +55,7 @@ module Herald
       end
 
       def start
-        @listener = TCPServer.new(@host, @port)
+        @listener = @reuse_port ? Server.reuse_port_listener(@host, @port) : TCPServer.new(@host, @port)
         @listener.listen(1024)
         @port = @listener.local_address.ip_port
         @server_port = @port.to_s
