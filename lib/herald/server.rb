@@ -11,6 +11,7 @@ require "puma/log_writer"
 require_relative "../herald"
 require_relative "server/demo_app"
 require_relative "server/puma_log"
+require_relative "server/reply_cache"
 require_relative "server/front"
 
 module Herald
@@ -84,7 +85,11 @@ module Herald
 
     def start
       if @front == :herald
-        @server = listen { Front.new(app: @middleware, inline: inline_paths, host: @host, port: @port, threads: @threads, max_request_bytes: @max_request_bytes).start }
+        cache = ReplyCache.new(store: @bus.store, prefix: @middleware.prefix)
+        @server = listen do
+          Front.new(app: @middleware, inline: inline_paths, host: @host, port: @port, threads: @threads,
+            max_request_bytes: @max_request_bytes, cache: cache).start
+        end
         @port = @server.port
         @log&.puts "Herald listening on #{url} (Herald's event loop, Puma's parser #{Puma::Const::PUMA_VERSION}, #{@threads} app threads)"
       else

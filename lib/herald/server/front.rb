@@ -37,9 +37,11 @@ module Herald
 
       # app: the Rack app (the middleware, with the demo app or an app behind it).
       # inline: ->(path) { true for requests answered on the event loop }.
-      def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10)
+      # cache: a ReplyCache for inline requests (nil: none).
+      def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10, cache: nil)
         @app = app
         @inline = inline
+        @cache = cache
         @host = host
         @port = port
         @threads = threads
@@ -136,17 +138,34 @@ module Herald
       end
 
       def dispatch(conn, env, body)
-        env = rack_env(conn, env, body)
         keep = keep_alive?(env)
-        if @inline.call(env["PATH_INFO"])
-          status, headers, rbody = call_app(env)
-          return if env["herald.hijacked"]
-          respond(conn, env, status, headers, rbody, keep)
+        if @inline.call(env["REQUEST_PATH"] || absolute_path(env))
+          return if @cache && keep && !@stopping && cached(conn, env, body)
+          inline(conn, env, body, keep)
         else
           conn.busy = true
           conn.monitor.interests = nil
-          @jobs << [conn, env, keep]
+          @jobs << [conn, rack_env(conn, env, body), keep]
         end
+      end
+
+      def inline(conn, env, body, keep)
+        key = @cache&.key(env, body) if keep
+        stamp = @cache.stamp if key
+        env = rack_env(conn, env, body)
+        status, headers, rbody = call_app(env)
+        return if env["herald.hijacked"]
+        bytes = respond(conn, env, status, headers, rbody, keep)
+        @cache.store(key, bytes, stamp) if key && status == 200 && env[Rack::Responder::SHARED_REPLY]
+      end
+
+      # A poll answered from the ReplyCache: true when it was.
+      def cached(conn, env, body)
+        return false if Instrumentation.listening?(Rack::Responder::POLL) # every such poll gets its event
+        key = @cache.key(env, body) or return false
+        bytes = @cache.fetch(key) or return false
+        send_reply(conn, bytes, true)
+        true
       end
 
       def call_app(env)
@@ -235,6 +254,7 @@ module Herald
         end
         body.close if body.respond_to?(:close)
         send_reply(conn, bytes, keep)
+        bytes
       end
 
       def send_reply(conn, bytes, keep)
