@@ -117,8 +117,11 @@ module Herald
           @conns[conn] = true
         end
       rescue IOError, SystemCallError => e
-        # EMFILE and the like: the connection waits in the backlog; the next tick tries again.
+        # EMFILE and the like: the connection waits in the backlog. The listener stays readable, so it is
+        # left out of the select until the next sweep instead of waking the loop over and over.
         Herald.logger.warn("http server: accept: #{e.class}: #{e.message}")
+        @listener_paused = true
+        @selector.deregister(@listener)
       end
 
       # Answers the complete requests in the buffer, in order; stops at one that goes to the pool (its
@@ -340,6 +343,7 @@ module Herald
         time = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         return if @next_sweep && time < @next_sweep
         @next_sweep = time + TICK
+        resume_accepting if @listener_paused
         expired = @conns.each_key.select { |conn| !conn.busy && conn.deadline <= time }
         expired.each do |conn|
           if conn.draining || conn.writing? || conn.idle?
@@ -348,6 +352,11 @@ module Herald
             refuse(conn, 408, "request not complete within #{@timeout}s")
           end
         end
+      end
+
+      def resume_accepting
+        @listener_paused = false
+        @selector.register(@listener, :r).value = :listener
       end
 
       def close(conn)
@@ -361,18 +370,21 @@ module Herald
         Thread.new do
           Thread.current.name = "herald-app-#{index}" if Thread.current.respond_to?(:name=)
           while (job = @jobs.pop)
-            conn, env, keep = job
-            status, headers, body = call_app(env)
-            @inbox << if env["herald.hijacked"]
-              [conn, :hijacked]
-            elsif body.is_a?(Array)
-              [conn, env, status, headers, body, keep]
-            else
-              [conn, stream(conn, env, status, headers, body, keep)]
-            end
+            @inbox << run_job(*job)
             @selector.wakeup
           end
         end
+      end
+
+      # What goes back to the loop: the reply to write, or how the connection ends.
+      def run_job(conn, env, keep)
+        status, headers, body = call_app(env)
+        return [conn, :hijacked] if env["herald.hijacked"]
+        return [conn, env, status, headers, body, keep] if body.is_a?(Array)
+        [conn, stream(conn, env, status, headers, body, keep)]
+      rescue => e # a body that fails while streaming: the connection ends, the thread stays
+        @log.unknown_error(e, env, "Rack app")
+        [conn, false]
       end
 
       # A body that is not an Array (an app streaming): chunked on HTTP/1.1 unless the app gave a length;
@@ -382,6 +394,7 @@ module Herald
         length = headers.any? { |k, _| k.to_s.casecmp("content-length") == 0 }
         chunked = !bodyless && !length && env["SERVER_PROTOCOL"] == "HTTP/1.1"
         keep &&= bodyless || length || chunked
+        return callable_body(conn, env, status, headers, body) if !body.respond_to?(:each) && body.respond_to?(:call)
         conn.io.write(head(env, status, headers, nil, keep, chunked: chunked))
         unless bodyless
           body.each do |part|
@@ -395,6 +408,13 @@ module Herald
         false
       ensure
         body.close if body.respond_to?(:close)
+      end
+
+      # A Rack 3 streaming body (#call with the stream): it writes what it likes; the connection closes after.
+      def callable_body(conn, env, status, headers, body)
+        conn.io.write(head(env, status, headers, nil, false))
+        body.call(conn.io)
+        false
       end
 
       def finish_pooled
