@@ -8,8 +8,8 @@ module Herald
   #   poll.herald     {channels:, mode:, status:, messages:, parked:}  around one request to the middleware
   #                   (mode :long_poll, :chunked, :sse or :short_poll; status the HTTP status; messages
   #                   the number in the reply, or in a stream's first bytes; parked: held for later)
-  #   deliver.herald  {mode:, encoding:, messages:}  a parked client gets messages (its reply, or a chunk
-  #                   of its stream), on the middleware's event loop thread
+  #   deliver.herald  {mode:, encoding:, messages:}  a parked client was handed messages (its reply, or a
+  #                   chunk of its stream), on the middleware's event loop thread; not timed
   #   publish.herald  {channel:, event:, message:}   around Herald.publish_event (sync subscribers included;
   #                   message: the stored Herald::Message, set once stored)
   #   process.herald  {subscriber:, event:, message:, attempt:, deferred:}  around one handler call, sync

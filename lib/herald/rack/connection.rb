@@ -50,10 +50,15 @@ module Herald
 
       # Messages for this client, already filtered. A long poll replies with them and ends.
       def deliver(msgs)
-        return write_messages(msgs) unless Instrumentation.listening?(DELIVER)
-        # deliver.herald: never the client (its id is a bearer token). Modes named as poll.herald's.
-        payload = {mode: (@mode == :poll) ? :long_poll : @mode, encoding: @encoding, messages: msgs.size}
-        Instrumentation.instrument(DELIVER, payload) { write_messages(msgs) }
+        write_messages(msgs)
+        delivered(msgs.size) if Instrumentation.listening?(DELIVER)
+      end
+
+      # deliver.herald, once the bytes are handed over (the reactor's shared-reply fast path calls this too,
+      # when somebody listens). Not timed: the writes never block. Never the client (its id is a bearer
+      # token). Modes named as poll.herald's.
+      def delivered(count)
+        Instrumentation.instrument(DELIVER, {mode: (@mode == :poll) ? :long_poll : @mode, encoding: @encoding, messages: count})
       end
 
       # Timeout or superseded: an empty reply, or `[]` and the end of the stream (PROTOCOL.md 1.5, 1.6).

@@ -231,6 +231,7 @@ module Herald
           end
         end
         trace&.written(answered.size)
+        answered.each { |conn| conn.delivered(1) } if Instrumentation.listening?(Connection::DELIVER)
         answered.each do |conn|
           remove(conn)
           settle(conn)

@@ -40,6 +40,7 @@ module Herald
         @close_after = false # close once the reply is out
         @draining = false # answered an error: discard what the client still sends, then close
         @eof = false
+        @scratch = +"".b # read_nonblock's buffer, reused: a fresh 16 KiB string per read costs more than the parse
         @deadline = now + timeout
         reset
       end
@@ -59,7 +60,7 @@ module Herald
 
       # Reads what the socket has. False when the peer closed (or the socket failed).
       def read
-        data = @io.read_nonblock(READ_SIZE, exception: false)
+        data = @io.read_nonblock(READ_SIZE, @scratch, exception: false)
         return true if data == :wait_readable
         if data.nil?
           @eof = true
