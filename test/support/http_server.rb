@@ -14,6 +14,7 @@
 # the log's cross-process wakeups. --front (Herald only): Herald's own front
 # end (Herald::Server::Front, as `herald server`) or Puma in front of the middleware (how an app embeds Herald,
 # the default here); HERALD_TEST_FRONT=herald|puma sets the default (bin/test runs the browser tests with herald).
+# --no-reply-cache: herald server's front end without its ReplyCache (benchmarks).
 $LOAD_PATH.unshift File.expand_path("../../lib", __dir__)
 require "optparse"
 require "logger"
@@ -35,6 +36,7 @@ OptionParser.new do |o|
   o.on("--trace") { options[:trace] = true }
   o.on("--workers N", Integer) { |v| options[:workers] = v }
   o.on("--front NAME", %w[herald puma]) { |v| options[:front] = v }
+  o.on("--no-reply-cache") { options[:reply_cache] = false }
 end.parse!(ARGV)
 
 # POST /test/publish {"channel":..., "data":..., "user_ids":[...], "group_ids":[...]}: targeted publishing
@@ -72,7 +74,8 @@ when "herald"
     lookups = {user_id_lookup: user_lookup}.compact
     lookups[:max_active_clients] = options[:max_clients] if options[:max_clients]
     server = Herald::Server.new(host: "127.0.0.1", port: port, store: store, threads: options[:threads], log: nil,
-      app: ->(app, bus) { TestPublish.new(app, bus) }, front: options[:front].to_sym, reuse_port: reuse_port, **lookups)
+      app: ->(app, bus) { TestPublish.new(app, bus) }, front: options[:front].to_sym, reuse_port: reuse_port,
+      reply_cache: options.fetch(:reply_cache, true), **lookups)
     server.start
     if options[:trace]
       require_relative "../../bench/support/fan_out_trace"
