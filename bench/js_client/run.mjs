@@ -55,7 +55,7 @@ async function heraldRun(page, { transport, body, type, set, total }) {
         pull(c) {
           if (at >= bytes.length) return c.close();
           if (!tFirstByte) tFirstByte = performance.now();
-          c.enqueue(bytes.slice(at, at + CHUNK));
+          c.enqueue(bytes.subarray(at, at + CHUNK));
           at += CHUNK;
         },
       }, { highWaterMark: 0 });
