@@ -13,7 +13,8 @@ module Bench
   IMPLS = {"message_bus 4.5.1 middleware" => "message_bus", "Herald middleware" => "herald"}
     .select { |_, impl| ENV.fetch("BENCH_HTTP_IMPLS", "message_bus,herald").split(",").include?(impl) }.freeze
   FRONT_IMPLS = (ENV.fetch("BENCH_HTTP_IMPLS", "message_bus,herald,herald-front").split(",").include?("herald-front") ?
-    {"herald server (own event loop, Puma's parser)" => ["herald", ["--front", "herald"]]} : {}).freeze
+    {"herald server (own event loop, Puma's parser)" => ["herald", ["--front", "herald"]],
+     "herald server, reply cache off" => ["herald", ["--front", "herald", "--no-reply-cache"]]} : {}).freeze
 
   # Runs the block with a server in a child process: test/support/http_server.rb, the same Puma settings
   # (Herald::Server.build_puma) and demo app in front of message_bus's middleware (memory backend) or

@@ -11,6 +11,7 @@ require "puma/log_writer"
 require_relative "../herald"
 require_relative "server/demo_app"
 require_relative "server/puma_log"
+require_relative "server/reply_cache"
 require_relative "server/front"
 
 module Herald
@@ -41,12 +42,14 @@ module Herald
     attr_reader :bus, :host
 
     # `app:` (a callable (demo_app, bus) => Rack app) wraps the demo app, e.g. with an app's own routes.
+    # `front:` :herald (Front) or :puma; `reply_cache: false` turns off Front's ReplyCache (benchmarks).
     # Keyword options other than those below go to Herald::Rack::Middleware (user_id_lookup:,
     # group_ids_lookup:, site_id_lookup:, ...), so an app can embed this server with its own lookups.
     def initialize(host: DEFAULT_HOST, port: DEFAULT_PORT, dir: DEFAULT_DIR, store: nil, bus: nil,
-      threads: DEFAULT_THREADS, log: $stdout, app: nil, max_request_bytes: nil, front: DEFAULT_FRONT, **middleware_options)
+      threads: DEFAULT_THREADS, log: $stdout, app: nil, max_request_bytes: nil, front: DEFAULT_FRONT, reply_cache: true, **middleware_options)
       @host = host
       @front = front
+      @reply_cache = reply_cache
       @port = port
       @threads = threads
       @max_request_bytes = max_request_bytes || [DEFAULT_MAX_REQUEST_BYTES, middleware_options[:max_body_bytes].to_i].max
@@ -84,7 +87,11 @@ module Herald
 
     def start
       if @front == :herald
-        @server = listen { Front.new(app: @middleware, inline: inline_paths, host: @host, port: @port, threads: @threads, max_request_bytes: @max_request_bytes).start }
+        cache = ReplyCache.new(store: @bus.store, prefix: @middleware.prefix) if @reply_cache
+        @server = listen do
+          Front.new(app: @middleware, inline: inline_paths, host: @host, port: @port, threads: @threads,
+            max_request_bytes: @max_request_bytes, cache: cache).start
+        end
         @port = @server.port
         @log&.puts "Herald listening on #{url} (Herald's event loop, Puma's parser #{Puma::Const::PUMA_VERSION}, #{@threads} app threads)"
       else

@@ -3,6 +3,8 @@
 require "test_helper"
 require "json"
 require "socket"
+require "logger"
+require "stringio"
 require "herald/server"
 require_relative "../rack/rack_helper" # Herald::PumaServer.read_raw, read_until, dechunk
 
@@ -20,6 +22,8 @@ class FrontTest < Minitest::Test
       when "/slow" then [200, {"content-type" => "text/plain"}, [@gate.pop]]
       when "/echo" then [200, {"content-type" => "application/octet-stream"}, [env["rack.input"].read]]
       when "/stream" then [200, {"content-type" => "text/plain"}, Enumerator.new { |y| y << "one " << "two" }]
+      when "/callable" then [200, {"content-type" => "text/plain"}, ->(stream) { stream.write("called ✓") }]
+      when "/broken" then [200, {"content-type" => "text/plain"}, Enumerator.new { |y| y << "part" and raise KeyError, "broken body" }]
       when "/env" then [200, {"content-type" => "application/json"}, [JSON.generate(env.slice("SERVER_NAME", "SERVER_PORT", "QUERY_STRING", "PATH_INFO", "REMOTE_ADDR", "SERVER_PROTOCOL"))]]
       else [404, {"content-type" => "text/plain"}, ["not here"]]
       end
@@ -99,6 +103,29 @@ class FrontTest < Minitest::Test
     raw = Herald::PumaServer.read_until(socket, "0\r\n\r\n")
     assert_includes raw, "transfer-encoding: chunked\r\n"
     assert_equal ["one ", "two"], Herald::PumaServer.dechunk(raw.split("\r\n\r\n", 2).last)
+  end
+
+  # A Rack 3 callable body writes to the socket and the connection closes after it; a body that raises
+  # midway ends its connection and the pool thread serves the next request.
+  def test_callable_and_failing_bodies
+    socket = connect
+    socket.write("GET /callable HTTP/1.1\r\nHost: x\r\n\r\n")
+    raw = Herald::PumaServer.read_raw(socket).force_encoding("UTF-8")
+    assert_match(/\AHTTP\/1\.1 200 OK\r\n.*connection: close\r\n\r\ncalled ✓\z/m, raw)
+    log = StringIO.new
+    previous = Herald.logger
+    Herald.logger = Logger.new(log)
+    2.times do
+      socket = connect
+      socket.write("GET /broken HTTP/1.1\r\nHost: x\r\n\r\n")
+      assert_includes Herald::PumaServer.read_raw(socket), "part"
+    end
+    assert_match(/ERROR -- : http server: Rack app: KeyError: broken body/, log.string)
+    socket = connect
+    socket.write("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert_equal 404, read_replies(socket, 1).first.first, "the pool still serves"
+  ensure
+    Herald.logger = previous if previous
   end
 
   def test_chunked_request_bodies_and_expect_continue

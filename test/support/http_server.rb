@@ -12,6 +12,7 @@
 # timing of every fan-out in DIR (bench/support/fan_out_trace.rb). --front (Herald only): Herald's own front
 # end (Herald::Server::Front, as `herald server`) or Puma in front of the middleware (how an app embeds Herald,
 # the default here); HERALD_TEST_FRONT=herald|puma sets the default (bin/test runs the browser tests with herald).
+# --no-reply-cache: herald server's front end without its ReplyCache (benchmarks).
 $LOAD_PATH.unshift File.expand_path("../../lib", __dir__)
 require "optparse"
 require "logger"
@@ -32,6 +33,7 @@ OptionParser.new do |o|
   o.on("--max-clients N", Integer) { |v| options[:max_clients] = v }
   o.on("--trace") { options[:trace] = true }
   o.on("--front NAME", %w[herald puma]) { |v| options[:front] = v }
+  o.on("--no-reply-cache") { options[:reply_cache] = false }
 end.parse!(ARGV)
 
 # POST /test/publish {"channel":..., "data":..., "user_ids":[...], "group_ids":[...]}: targeted publishing
@@ -67,7 +69,7 @@ when "herald"
   lookups = {user_id_lookup: user_lookup}.compact
   lookups[:max_active_clients] = options[:max_clients] if options[:max_clients]
   server = Herald::Server.new(host: "127.0.0.1", port: options[:port], store: store, threads: options[:threads],
-    log: nil, app: ->(app, bus) { TestPublish.new(app, bus) }, front: options[:front].to_sym, **lookups)
+    log: nil, app: ->(app, bus) { TestPublish.new(app, bus) }, front: options[:front].to_sym, reply_cache: options.fetch(:reply_cache, true), **lookups)
   server.start
   if options[:trace]
     require_relative "../../bench/support/fan_out_trace"

@@ -10,6 +10,11 @@ module Herald
       HEADER_SAFE = /\A[^\r\n\0]*\z/
       EMPTY = {}.freeze
       POLL = "poll.herald"
+      # Set in the env of an immediate reply that depends only on the request and the store's contents,
+      # not on who asked: herald server's front end may give the same bytes to the same request until the
+      # store changes (Herald::Server::ReplyCache).
+      SHARED_REPLY = "herald.shared_reply"
+      LOOKUPS = %i[user_id_lookup group_ids_lookup site_id_lookup extra_response_headers_lookup].freeze
 
       def initialize(middleware, env, client_id, action)
         @mw = middleware
@@ -70,8 +75,8 @@ module Herald
         ready = !msgs.empty? || status
         return park(client, :sse, msgs, status, snapshot) if sse && room?
         return too_many if sse
-        return reply(msgs, status) if ready && !chunked?
-        return reply(msgs, status) unless long_polling?
+        return shared(reply(msgs, status), msgs) if ready && !chunked?
+        return shared(reply(msgs, status), msgs) unless long_polling?
         return (ready ? reply(msgs, status) : too_many) unless room?
         park(client, chunked? ? :chunked : :poll, msgs, status, snapshot)
       end
@@ -119,7 +124,10 @@ module Herald
           client.allowed?(msg, @mw.filters) ? msgs << msg : withheld = true
         end
         client.positions[channel] = position
-        (status ||= {})[channel] = position if withheld
+        if withheld
+          (status ||= {})[channel] = position
+          @withheld = true # this client's reply differs from another's (see #shared)
+        end
         status
       end
 
@@ -148,6 +156,15 @@ module Herald
         else
           [200, headers(Middleware::JSON_TYPE), [@mw.wire.json_array(msgs, status)]]
         end
+      end
+
+      # Not for an instrumented request (each gets its event), lookups or filters (they see the env), a
+      # targeted message sent or withheld (client_ids: the reply depends on the client id) or forced channels.
+      def shared(response, msgs)
+        return response if @payload || @withheld || !@mw.filters.empty? || @env.key?("message_bus.channels")
+        return response if LOOKUPS.any? { |name| @options[name] }
+        @env[SHARED_REPLY] = true if msgs.all?(&:public?)
+        response
       end
 
       def too_many

@@ -37,9 +37,11 @@ module Herald
 
       # app: the Rack app (the middleware, with the demo app or an app behind it).
       # inline: ->(path) { true for requests answered on the event loop }.
-      def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10)
+      # cache: a ReplyCache for inline requests (nil: none).
+      def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10, cache: nil)
         @app = app
         @inline = inline
+        @cache = cache
         @host = host
         @port = port
         @threads = threads
@@ -115,8 +117,11 @@ module Herald
           @conns[conn] = true
         end
       rescue IOError, SystemCallError => e
-        # EMFILE and the like: the connection waits in the backlog; the next tick tries again.
+        # EMFILE and the like: the connection waits in the backlog. The listener stays readable, so it is
+        # left out of the select until the next sweep instead of waking the loop over and over.
         Herald.logger.warn("http server: accept: #{e.class}: #{e.message}")
+        @listener_paused = true
+        @selector.deregister(@listener)
       end
 
       # Answers the complete requests in the buffer, in order; stops at one that goes to the pool (its
@@ -136,17 +141,34 @@ module Herald
       end
 
       def dispatch(conn, env, body)
-        env = rack_env(conn, env, body)
         keep = keep_alive?(env)
-        if @inline.call(env["PATH_INFO"])
-          status, headers, rbody = call_app(env)
-          return if env["herald.hijacked"]
-          respond(conn, env, status, headers, rbody, keep)
+        if @inline.call(env["REQUEST_PATH"] || absolute_path(env))
+          return if @cache && keep && !@stopping && cached(conn, env, body)
+          inline(conn, env, body, keep)
         else
           conn.busy = true
           conn.monitor.interests = nil
-          @jobs << [conn, env, keep]
+          @jobs << [conn, rack_env(conn, env, body), keep]
         end
+      end
+
+      def inline(conn, env, body, keep)
+        key = @cache&.key(env, body) if keep
+        stamp = @cache.stamp if key
+        env = rack_env(conn, env, body)
+        status, headers, rbody = call_app(env)
+        return if env["herald.hijacked"]
+        bytes = respond(conn, env, status, headers, rbody, keep)
+        @cache.store(key, bytes, stamp) if key && status == 200 && env[Rack::Responder::SHARED_REPLY]
+      end
+
+      # A poll answered from the ReplyCache: true when it was.
+      def cached(conn, env, body)
+        return false if Instrumentation.listening?(Rack::Responder::POLL) # every such poll gets its event
+        key = @cache.key(env, body) or return false
+        bytes = @cache.fetch(key) or return false
+        send_reply(conn, bytes, true)
+        true
       end
 
       def call_app(env)
@@ -235,6 +257,7 @@ module Herald
         end
         body.close if body.respond_to?(:close)
         send_reply(conn, bytes, keep)
+        bytes
       end
 
       def send_reply(conn, bytes, keep)
@@ -320,6 +343,7 @@ module Herald
         time = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         return if @next_sweep && time < @next_sweep
         @next_sweep = time + TICK
+        resume_accepting if @listener_paused
         expired = @conns.each_key.select { |conn| !conn.busy && conn.deadline <= time }
         expired.each do |conn|
           if conn.draining || conn.writing? || conn.idle?
@@ -328,6 +352,11 @@ module Herald
             refuse(conn, 408, "request not complete within #{@timeout}s")
           end
         end
+      end
+
+      def resume_accepting
+        @listener_paused = false
+        @selector.register(@listener, :r).value = :listener
       end
 
       def close(conn)
@@ -341,18 +370,21 @@ module Herald
         Thread.new do
           Thread.current.name = "herald-app-#{index}" if Thread.current.respond_to?(:name=)
           while (job = @jobs.pop)
-            conn, env, keep = job
-            status, headers, body = call_app(env)
-            @inbox << if env["herald.hijacked"]
-              [conn, :hijacked]
-            elsif body.is_a?(Array)
-              [conn, env, status, headers, body, keep]
-            else
-              [conn, stream(conn, env, status, headers, body, keep)]
-            end
+            @inbox << run_job(*job)
             @selector.wakeup
           end
         end
+      end
+
+      # What goes back to the loop: the reply to write, or how the connection ends.
+      def run_job(conn, env, keep)
+        status, headers, body = call_app(env)
+        return [conn, :hijacked] if env["herald.hijacked"]
+        return [conn, env, status, headers, body, keep] if body.is_a?(Array)
+        [conn, stream(conn, env, status, headers, body, keep)]
+      rescue => e # a body that fails while streaming: the connection ends, the thread stays
+        @log.unknown_error(e, env, "Rack app")
+        [conn, false]
       end
 
       # A body that is not an Array (an app streaming): chunked on HTTP/1.1 unless the app gave a length;
@@ -362,6 +394,7 @@ module Herald
         length = headers.any? { |k, _| k.to_s.casecmp("content-length") == 0 }
         chunked = !bodyless && !length && env["SERVER_PROTOCOL"] == "HTTP/1.1"
         keep &&= bodyless || length || chunked
+        return callable_body(conn, env, status, headers, body) if !body.respond_to?(:each) && body.respond_to?(:call)
         conn.io.write(head(env, status, headers, nil, keep, chunked: chunked))
         unless bodyless
           body.each do |part|
@@ -375,6 +408,13 @@ module Herald
         false
       ensure
         body.close if body.respond_to?(:close)
+      end
+
+      # A Rack 3 streaming body (#call with the stream): it writes what it likes; the connection closes after.
+      def callable_body(conn, env, status, headers, body)
+        conn.io.write(head(env, status, headers, nil, false))
+        body.call(conn.io)
+        false
       end
 
       def finish_pooled
