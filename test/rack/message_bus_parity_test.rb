@@ -138,6 +138,21 @@ class MessageBusParityTest < Minitest::Test
     assert_equal "the app", mock(apps[:herald]).post("/other", input: "_method=put").body
   end
 
+  # 6. A multipart/form-data poll (an HTML form or FormData posted as is): message_bus reads it through
+  # Rack::Request#POST, so it works; directly and behind MethodOverride, which parses it first on Rack 3.
+  def test_a_multipart_poll_is_read_as_message_bus_reads_it
+    publish_both("/chat", "hi")
+    message = {"global_id" => 1, "message_id" => 1, "channel" => "/chat", "data" => "hi"}
+    body = multipart("/chat" => "0", "__seq" => "1")
+    stacks = {
+      "direct" => {},
+      "behind the Rails stack" => {herald: rails_stack { |app| middleware_on(app) }, message_bus: rails_stack { |app| mb_middleware(app) }}
+    }
+    stacks.each do |label, apps|
+      assert_same_reply [200, [message]], both("/message-bus/c1/poll?dlp=t", body, type: MULTIPART_TYPE, **apps), label
+    end
+  end
+
   # The same over a real socket (Puma's rack.input), long polling on: the backlog comes back at once.
   def test_behind_the_rails_middleware_stack_on_puma_a_form_poll_gets_its_backlog
     servers = {herald: puma(rails_stack { |app| middleware_on(app) }), message_bus: puma(rails_stack { |app| mb_middleware(app) })}
@@ -151,6 +166,13 @@ class MessageBusParityTest < Minitest::Test
   end
 
   private
+
+  MULTIPART_TYPE = "multipart/form-data; boundary=HeraldBoundary"
+
+  def multipart(fields)
+    parts = fields.map { |name, value| "--HeraldBoundary\r\nContent-Disposition: form-data; name=\"#{name}\"\r\n\r\n#{value}\r\n" }
+    "#{parts.join}--HeraldBoundary--\r\n"
+  end
 
   def middleware_on(app)
     Herald::Rack::Middleware.new(app, bus: @bus, long_polling_interval: 0.5).tap { |mw| @middlewares << mw }

@@ -2,6 +2,7 @@
 
 require "json"
 require "cgi/escape"
+require "stringio"
 
 module Herald
   module Rack
@@ -35,9 +36,10 @@ module Herald
       end
 
       def self.read_pairs(env, max_body_bytes)
+        type = env["CONTENT_TYPE"].to_s.downcase
+        return read_multipart(env, max_body_bytes) if type.start_with?("multipart/form-data")
         body = read_body(env, max_body_bytes)
         return {} if body.empty?
-        type = env["CONTENT_TYPE"].to_s.downcase
         if type.include?("application/json")
           parse_json(body)
         elsif type.empty? || type.start_with?("application/x-www-form-urlencoded")
@@ -63,6 +65,28 @@ module Herald
         input = env["rack.request.form_input"]
         return nil if input && !input.equal?(env["rack.input"])
         vars.b
+      end
+
+      # An HTML form or a FormData posted as is. message_bus reads these through Rack::Request#POST, so we do
+      # too: from the hash Rack::MethodOverride already parsed, else from the body read here within the limit.
+      def self.read_multipart(env, max)
+        pairs = multipart_read_by_rack(env) || parse_multipart(env, read_body(env, max).b)
+        pairs.to_h { |key, value| [key.dup.force_encoding(Encoding::UTF_8), value.is_a?(String) ? value.dup.force_encoding(Encoding::UTF_8) : value] }
+      end
+
+      def self.multipart_read_by_rack(env)
+        pairs = env["rack.request.form_hash"] or return nil
+        input = env["rack.request.form_input"]
+        return nil if input && !input.equal?(env["rack.input"])
+        pairs
+      end
+
+      def self.parse_multipart(env, body)
+        return {} if body.empty?
+        parse_env = {"CONTENT_TYPE" => env["CONTENT_TYPE"], "CONTENT_LENGTH" => body.bytesize.to_s, "rack.input" => StringIO.new(body)}
+        ::Rack::Multipart.parse_multipart(parse_env) || {}
+      rescue => e # Rack's multipart errors differ between Rack 2 and 3 (EOFError, Rack::Multipart::Error, ...)
+        raise RequestError, "malformed multipart body (#{e.class})"
       end
 
       # From the start: a middleware that read the body without caching it may have left it at the end.
