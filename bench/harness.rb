@@ -84,7 +84,7 @@ module Bench
         ratio = base ? format("%.2fx", r.rate / base.rate) : "-"
         allocs = r.allocs ? format("%.1f", r.allocs) : "-"
         spread = r.samples&.any? ? "#{Bench.humanize(r.samples.min)}-#{Bench.humanize(r.samples.max)}" : "-"
-        lines << "| #{r.name}#{" (baseline)" if r.baseline} | #{Bench.humanize(r.rate)} #{r.unit} | #{spread} | #{ratio} | #{allocs} |"
+        lines << "| #{r.name}#{" (baseline)" if r.baseline} | #{Bench.humanize(r.rate)} #{r.unit}#{"; #{r.extra}" if r.extra} | #{spread} | #{ratio} | #{allocs} |"
       end
       lines.join("\n") + "\n\n"
     end

@@ -1,60 +1,115 @@
 # frozen_string_literal: true
 
-# Publish -> delivery latency to 1,000 parked long-poll clients, measured by the clients: a separate
-# process (bench/support/http_clients.rb, nio4r) parks the polls, publishes one message carrying the wall
-# clock, and takes each client's latency when its reply is complete. p50/p99 over every client and round.
-# Both servers run at once and the rounds alternate between them, so drifting load hits both alike.
+# Publish -> delivery latency to 1,000 and 10,000 parked long-poll clients, measured by the clients and, for
+# Herald, inside the server. A separate process (bench/support/http_clients.rb, nio4r) parks the polls,
+# publishes one message carrying its wall clock, and takes each client's latency when its reply is complete.
+# The server stamps its own clock when the publish request arrives, and its event loop records when it
+# handed each reply to the kernel (bench/support/fan_out_trace.rb): the server-side latency of a client is
+# that write time minus the stamp, so it leaves out the client process's own share of the 2 cores.
+# Every server runs at once and the rounds alternate between them, so drifting load hits all alike.
+#
+#   BENCH_LATENCY_CLIENTS=1000,10000 (default) BENCH_ROUNDS=3 bundle exec ruby bench/http_latency_bench.rb
+#   BENCH_HERALD_WORKERS=1,2 adds a row per worker count (default 1)
 require_relative "harness"
 require_relative "support/http_servers"
+require_relative "support/fan_out_trace"
 require "herald"
 require "json"
 
-CLIENTS = [(1000 * Bench::SCALE).to_i, 10].max
+COUNTS = ENV.fetch("BENCH_LATENCY_CLIENTS", "1000,10000").split(",").map { |n| [(Integer(n) * Bench::SCALE).to_i, 10].max }
 ROUNDS = [Bench::ROUNDS, 3].max
+WORKERS = ENV.fetch("BENCH_HERALD_WORKERS", "1").split(",").map { |n| Integer(n) }
 
-# One round (one publish to CLIENTS parked polls): [latencies in ms, clients that got nothing].
-def measure_round(server)
+Process.setrlimit(:NOFILE, Process.getrlimit(:NOFILE)[1]) # the servers inherit it (SpawnedServer)
+
+IMPLS = Bench::IMPLS.flat_map do |name, impl|
+  next [[name, impl]] unless impl == "herald"
+  WORKERS.map do |n|
+    label = (n == 1) ? name : "#{name}, #{n} worker processes"
+    [label, [impl, ["--trace", *(["--workers", n.to_s] if n > 1)]]]
+  end
+end.to_h
+
+Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects)
+
+# One round (one publish to `clients` parked polls).
+def measure_round(server, clients)
   command = [RbConfig.ruby, File.join(Bench::HTTP_ROOT, "bench/support/http_clients.rb"), "latency",
-    server.port.to_s, CLIENTS.to_s, "1"]
-  rounds = IO.popen(command, &:readlines).map { |line| JSON.parse(line) }
-  raise "client process failed" unless $?.success? && rounds.size == 1
-  samples = rounds.flatten
-  [samples.compact.map { |s| s * 1000 }, samples.count(&:nil?) + (CLIENTS - samples.size)]
+    server.port.to_s, clients.to_s, "1"]
+  Bench::FanOutTrace.collect(server.dir) # forget the warm-up's
+  lines = IO.popen(command, &:readlines).map { |line| JSON.parse(line) }
+  raise "client process failed" unless $?.success? && lines.size == 1
+  samples = lines.flatten
+  round = Round.new(samples.compact.map { |s| s * 1000 }, samples.count(&:nil?) + (clients - samples.size))
+  server_side(round, Bench::FanOutTrace.collect(server.dir))
+  round
 end
 
+# The fan-out of the round's message, from every worker process that holds clients of it.
+def server_side(round, traces)
+  records = traces.values.max_by { |list| list.sum { |r| r["writes"].size } } or return
+  round.server_ms = records.flat_map { |r| r["writes"].map { |w| (w - r["st"]) * 1000 } }
+  round.last_write_ms = records.map { |r| (r["last_write"] - r["st"]) * 1000 }.max
+  answered = records.sum { |r| r["answered"] }
+  return if answered.zero?
+  # Per answered client, over every process: CPU of the event loop thread (write loop + bookkeeping), objects.
+  round.cpu_us = records.sum { |r| r["cpu"].last - r["cpu"].first } * 1e6 / answered
+  round.objects = records.sum { |r| r["objects"].last - r["objects"].first }.fdiv(answered)
+  return unless ENV["BENCH_DEBUG"]
+  records.each do |r|
+    warn format("pid %d: %d answered; stamp->start %.1f ms, writes %.1f ms, bookkeeping+closes %.1f ms; cpu writes %.1f ms, after %.1f ms",
+      r["pid"], r["answered"], (r["started"] - r["st"]) * 1000, (r["last_write"] - r["started"]) * 1000,
+      (r["done"] - r["last_write"]) * 1000, (r["cpu"][1] - r["cpu"][0]) * 1000, (r["cpu"][2] - r["cpu"][1]) * 1000)
+  end
+end
+
+def fmt(value, digits = 1) = value ? format("%.#{digits}f", value) : "-"
+
 load_before = Bench.loadavg
-rounds = Hash.new { |h, k| h[k] = [] }
-Bench.with_http_servers(Bench::IMPLS) do |servers|
-  ROUNDS.times { servers.each { |name, server| rounds[name] << measure_round(server) } }
+results = Hash.new { |h, k| h[k] = Hash.new { |hh, kk| hh[kk] = [] } }
+Bench.with_http_servers(IMPLS) do |servers|
+  COUNTS.each do |clients|
+    ROUNDS.times { servers.each { |name, server| results[clients][name] << measure_round(server, clients) } }
+  end
 end
 load_after = Bench.loadavg
 
-rows = rounds.map do |name, list|
-  ms = list.flat_map(&:first).sort
-  p99s = list.map { |round, _| Bench.percentile(round.sort, 0.99) }.compact
-  warn "#{name}: rounds #{list.map { |round, missed| "#{round.size} answered, #{missed} missed" }.join("; ")}" if ENV["BENCH_DEBUG"]
-  [name, ms, list.sum(&:last), p99s]
-end
-base = rows.first
-puts "### Publish -> delivery latency, #{CLIENTS} parked long-poll clients", ""
-puts "One server process per implementation (Puma, #{Bench::THREADS} threads), both up at once; one client process " \
-     "holding #{CLIENTS} connections (POST /message-bus/<id>/poll with `Dont-Chunk: true`), #{ROUNDS} rounds of one " \
-     "publish each, alternating between the servers; latency = client receive time - publish time stamped in the " \
-     "message data. p50/p99/max over every client of every round; the spread is the min-max of the per-round p99. " \
-     "Load average #{load_before} before, #{load_after} after (2 cores shared with other work). #{Bench.store_note}", ""
-puts "| | p50 | p99 | per-round p99 (min-max) | max | p99 vs #{base[0]} | missed |", "|---|---:|---:|---:|---:|---:|---:|"
-rows.each do |name, ms, missed, p99s|
-  p50, p99 = Bench.percentile(ms, 0.5), Bench.percentile(ms, 0.99)
-  base_p99 = Bench.percentile(base[1], 0.99)
-  next puts "| #{name} | - | - | - | - | - | #{missed} |" if ms.empty?
-  puts format("| %s | %.1f ms | %.1f ms | %.1f-%.1f ms | %.1f ms | %.2fx | %d |", name, p50, p99, p99s.min, p99s.max,
-    ms.last, p99 / base_p99, missed)
-end
-puts
-if (herald = rows.find { |name, _| name.start_with?("Herald") }) && rows.size > 1
-  p99 = Bench.percentile(herald[1], 0.99)
-  puts format("Target (1,000 clients) p99 <= 25 ms and below message_bus: %.1f ms (%s). The client process shares the 2 cores with the " \
-    "server, so its own reading of %d sockets is part of the figure.", p99,
-    (p99 <= 25 && p99 < Bench.percentile(base[1], 0.99)) ? "met" : "missed by #{format("%.1f", p99 - 25)} ms", CLIENTS)
+COUNTS.each do |clients|
+  rows = results[clients]
+  base_name = rows.keys.first
+  base_p99 = Bench.percentile(rows[base_name].flat_map(&:client_ms).sort, 0.99)
+  puts "### Publish -> delivery latency, #{clients} parked long-poll clients", ""
+  puts "One server process per row (Puma, #{Bench::THREADS} threads; Herald's worker rows fork that many), all up " \
+       "at once; one client process holding #{clients} connections (POST /message-bus/<id>/poll with `Dont-Chunk: true`), " \
+       "#{ROUNDS} rounds of one publish each, alternating between the servers. Client: receive time - publish time " \
+       "stamped by the client. Server (Herald): the time its event loop handed each client's reply to the kernel - " \
+       "the time the publish request reached the server; last write: the same for the round's last client (median, " \
+       "max over rounds). p50/p99 over every client of every round; the spread is the min-max of the per-round p99. " \
+       "CPU and objects: the event loops' thread CPU time and allocations per answered client (writes, unindexing, " \
+       "closes), which do not depend on the machine's load. Load average #{load_before} before, #{load_after} after " \
+       "(2 cores shared with other work). #{Bench.store_note}", ""
+  puts "| | client p50 | client p99 | per-round p99 (min-max) | max | p99 vs #{base_name} | server p50 | server p99 | " \
+       "last write (median, max) | CPU/client | objects/client | missed |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  rows.each do |name, list|
+    ms = list.flat_map(&:client_ms).sort
+    missed = list.sum(&:missed)
+    next puts "| #{name} | - | - | - | - | - | - | - | - | - | - | #{missed} |" if ms.empty?
+    p99s = list.map { |r| Bench.percentile(r.client_ms.sort, 0.99) }.compact
+    server = list.flat_map { |r| r.server_ms || [] }.sort
+    last = list.map(&:last_write_ms).compact
+    cpu = list.map(&:cpu_us).compact
+    objects = list.map(&:objects).compact
+    p99 = Bench.percentile(ms, 0.99)
+    puts "| #{name} | #{fmt(Bench.percentile(ms, 0.5))} ms | #{fmt(p99)} ms | #{fmt(p99s.min)}-#{fmt(p99s.max)} ms | " \
+         "#{fmt(ms.last)} ms | #{format("%.2fx", p99 / base_p99)} | " \
+         "#{server.empty? ? "-" : "#{fmt(Bench.percentile(server, 0.5))} ms"} | " \
+         "#{server.empty? ? "-" : "#{fmt(Bench.percentile(server, 0.99))} ms"} | " \
+         "#{last.empty? ? "-" : "#{fmt(Bench.median(last))}, #{fmt(last.max)} ms"} | " \
+         "#{cpu.empty? ? "-" : "#{fmt(Bench.median(cpu))} us"} | #{objects.empty? ? "-" : fmt(Bench.median(objects), 2)} | #{missed} |"
+  end
   puts
+  targets = (clients == 1000) ? "server p99 <= 15 ms, client p99 <= 25 ms" : "client p99 <= 150 ms"
+  puts "Targets (#{clients} clients): #{targets}. The client process shares the 2 cores with the servers, so its " \
+       "own reading of #{clients} sockets is part of the client figures.", ""
 end

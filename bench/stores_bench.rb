@@ -32,6 +32,15 @@ def message_bus_postgres(url)
   bus
 end
 
+THREADS = 4
+# Only some parts: BENCH_PARTS=redis,postgres,wakeup (the default: all).
+PARTS = ENV.fetch("BENCH_PARTS", "redis,postgres,wakeup").split(",")
+
+# n operations spread over THREADS threads.
+def threaded(n)
+  Array.new(THREADS) { |t| Thread.new { (n / THREADS + ((t < n % THREADS) ? 1 : 0)).times { yield } } }.each(&:join)
+end
+
 # The rows of one section, measured round-robin by Bench::Section (one round of every row, then the next).
 def interleaved(section, rows, ops:)
   rows.each { |name, baseline, run| section.measure(name, ops: ops, baseline: baseline) { |n| run.call(n) } }
@@ -47,6 +56,11 @@ def compare(title, peer, herald, ops:, extra: {})
     rows = [["message_bus #{title} publish", true, ->(n) { n.times { peer.publish(CHANNEL, DATA) } }],
       ["Herald #{title} publish", false, ->(n) { n.times { herald.publish(CHANNEL, DATA) } }]]
     extra.each { |name, b| rows << ["Herald #{title} publish (#{name})", false, ->(n) { n.times { b.publish(CHANNEL, DATA) } }] }
+    interleaved(s, rows, ops: ops)
+  end
+  Bench.section("#{title}: publish, #{THREADS} threads", note: "The same publish from #{THREADS} threads at once (each thread does its share of the operations), one bus per library; Herald groups concurrent publishes into one script call. Rows measured round-robin.") do |s|
+    rows = [["message_bus #{title} publish, #{THREADS} threads", true, ->(n) { threaded(n) { peer.publish(CHANNEL, DATA) } }],
+      ["Herald #{title} publish, #{THREADS} threads", false, ->(n) { threaded(n) { herald.publish(CHANNEL, DATA) } }]]
     interleaved(s, rows, ops: ops)
   end
   peer_last = peer.last_id(CHANNEL) - 100
@@ -109,21 +123,25 @@ end
 def percentile(sorted, p) = sorted[((sorted.size - 1) * p).round]
 
 begin
-  mb_redis = message_bus_redis(redis_url)
-  herald_redis = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "bench#{Process.pid}"))
-  herald_redis_nocache = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "benchnc#{Process.pid}", backlog_cache: false))
-  herald_redis_ruby = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "benchrb#{Process.pid}", driver: :ruby, backlog_cache: false))
-  puts "Herald's Redis store uses the #{herald_redis.store.driver} driver (hiredis-client) unless the row says otherwise; message_bus uses the redis gem's default Ruby driver.", ""
-  compare("Redis", mb_redis, herald_redis, ops: 4000, extra: {"no backlog cache" => herald_redis_nocache, "Ruby driver, no backlog cache" => herald_redis_ruby})
+  if PARTS.include?("redis")
+    mb_redis = message_bus_redis(redis_url)
+    herald_redis = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "bench#{Process.pid}"))
+    herald_redis_nocache = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "benchnc#{Process.pid}", backlog_cache: false))
+    herald_redis_ruby = Herald::Bus.new(store: Herald::Store::Redis.new(url: redis_url, namespace: "benchrb#{Process.pid}", driver: :ruby, backlog_cache: false))
+    puts "Herald's Redis store uses the #{herald_redis.store.driver} driver (hiredis-client) unless the row says otherwise; message_bus uses the redis gem's default Ruby driver.", ""
+    compare("Redis", mb_redis, herald_redis, ops: 4000, extra: {"no backlog cache" => herald_redis_nocache, "Ruby driver, no backlog cache" => herald_redis_ruby})
+  end
 
-  mb_pg = message_bus_postgres(pg_url)
-  herald_pg = Herald::Bus.new(store: Herald::Store::Postgres.new(url: pg_url, table: "bench#{Process.pid}"))
-  herald_pg_nocache = Herald::Bus.new(store: Herald::Store::Postgres.new(url: pg_url, table: "benchnc#{Process.pid}", backlog_cache: false))
-  compare("PostgreSQL", mb_pg, herald_pg, ops: 2000, extra: {"no backlog cache" => herald_pg_nocache})
+  if PARTS.include?("postgres")
+    mb_pg = message_bus_postgres(pg_url)
+    herald_pg = Herald::Bus.new(store: Herald::Store::Postgres.new(url: pg_url, table: "bench#{Process.pid}"))
+    herald_pg_nocache = Herald::Bus.new(store: Herald::Store::Postgres.new(url: pg_url, table: "benchnc#{Process.pid}", backlog_cache: false))
+    compare("PostgreSQL", mb_pg, herald_pg, ops: 2000, extra: {"no backlog cache" => herald_pg_nocache})
+  end
 
-  count = [(300 * Bench::SCALE).to_i, 20].max
+  count = [(300 * Bench::SCALE).to_i, 20].max if PARTS.include?("wakeup")
   wake_name = "wake#{Process.pid}" # the same in the parent and the child
-  Dir.mktmpdir("herald-bench-wakeup") do |dir|
+  PARTS.include?("wakeup") && Dir.mktmpdir("herald-bench-wakeup") do |dir|
     stores = {
       "Redis" => -> { Herald::Store::Redis.new(url: redis_url, namespace: wake_name) },
       "PostgreSQL" => -> { Herald::Store::Postgres.new(url: pg_url, table: wake_name) },

@@ -23,6 +23,7 @@ require_relative "herald/store/log/reservation" # ids reserved on disk before th
 require_relative "herald/store/log/wakeup"    # cross-process wakeups
 require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
 require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders
+require_relative "herald/store/log/write_lease" # the write lock kept between appends, given up when asked
 require_relative "herald/store/log/cursors"   # cursors and leases of durable readers
 require_relative "herald/store/log/checker"   # verification for `herald check`
 require_relative "herald/store/log"
@@ -63,6 +64,9 @@ module Herald
   @lock = Mutex.new
   @config = Config.new
   @bus = nil
+  @opened_by = nil # the pid that built @bus
+  @exit_hook = false
+  EXIT_TIMEOUT = 5 # seconds deferred handlers get to finish at exit (Herald.shutdown before exit for more)
 
   class << self
     def configure
@@ -74,7 +78,7 @@ module Herald
     end
 
     def bus
-      @bus || @lock.synchronize { @bus ||= @config.build_bus.tap { @config.freeze } }
+      @bus || @lock.synchronize { @bus ||= open_default_bus }
     end
 
     # Closes the default bus and forgets it, so Herald.configure can be called again (tests, forks).
@@ -98,6 +102,31 @@ module Herald
     def last_id(...) = bus.last_id(...)
 
     def last_ids(...) = bus.last_ids(...)
+
+    # At a normal exit, the process that opened the default bus stops its workers and closes it; a Log
+    # store left open makes the next process skip a reservation of ids. Forked children that inherited the
+    # bus leave it to the parent. A publish from a later exit hook opens (and closes) it again.
+    def close_at_exit
+      @lock.synchronize do
+        @exit_hook = false
+        return unless @bus && @opened_by == Process.pid
+        Events.runtime.shutdown(timeout: EXIT_TIMEOUT)
+        @bus.close
+        @bus = nil
+      end
+    rescue => e
+      logger.warn "closing the store at exit failed: #{e.class}: #{e.message}"
+    end
+
+    private
+
+    def open_default_bus
+      bus = @config.build_bus.tap { @config.freeze }
+      @opened_by = Process.pid
+      at_exit { close_at_exit } unless @exit_hook
+      @exit_hook = true
+      bus
+    end
   end
 end
 

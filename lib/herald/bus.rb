@@ -12,6 +12,8 @@ module Herald
     # How long the dispatcher blocks in one wait: also the longest a new subscription waits for its backlog.
     WAIT_SLICE = 0.1
     BATCH = 1000
+    # Instrumentation event of every publish (see Herald::Instrumentation).
+    PUBLISH_MESSAGE = "publish_message.herald"
 
     attr_reader :store, :codec
 
@@ -39,9 +41,19 @@ module Herald
       max_backlog_size: nil, max_backlog_age: nil)
       raise ClosedError, "bus is closed" if @closed
       site_id = validate!(channel, user_ids, group_ids, client_ids, site_id)
-      @store.append(utf8(channel), @codec.encode(data), codec: @codec,
-        user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id,
-        max_backlog_size: max_backlog_size, max_backlog_age: max_backlog_age)
+      channel = utf8(channel)
+      bytes = @codec.encode(data)
+      unless Instrumentation.listening?(PUBLISH_MESSAGE)
+        return append(channel, bytes, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age)
+      end
+      # Never the targets: client ids are bearer tokens, and user/group ids are the app's business.
+      payload = {channel: channel, site_id: site_id, bytes: bytes.bytesize, targeted: !!(user_ids || group_ids || client_ids)}
+      Instrumentation.instrument(PUBLISH_MESSAGE, payload) do
+        append(channel, bytes, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age).tap do |msg|
+          payload[:message_id] = msg.message_id
+          payload[:global_id] = msg.global_id
+        end
+      end
     end
 
     def last_id(channel, site_id: nil) = @store.last_id(channel, site_id: site_key(channel, site_id))
@@ -108,6 +120,11 @@ module Herald
     end
 
     private
+
+    def append(channel, bytes, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age)
+      @store.append(channel, bytes, codec: @codec, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids,
+        site_id: site_id, max_backlog_size: max_backlog_size, max_backlog_age: max_backlog_age)
+    end
 
     def validate!(channel, user_ids, group_ids, client_ids, site_id)
       validate_channel!(channel)

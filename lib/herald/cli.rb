@@ -193,7 +193,8 @@ module Herald
     end
     register "tail", Tail, "tail CHANNEL [--from ID] [--site SITE] [--dir DIR]", "print new messages on a channel as they arrive"
 
-    # The main job: Puma + Herald::Rack::Middleware + the demo page, on the embedded log (lib/herald/server.rb).
+    # The main job: Herald's HTTP front end (or Puma, --puma) + Herald::Rack::Middleware + the demo page, on the
+    # embedded log (lib/herald/server.rb).
     class Server < Command
       def run
         no_more_than!(0)
@@ -208,7 +209,8 @@ module Herald
         super.tap do |o|
           o.on("--port PORT", Integer, "TCP port, 0 for any free one (default 9292)") { |v| @options[:port] = within(v, 0..65_535) }
           o.on("--host HOST", "address to bind (default 127.0.0.1)") { |v| @options[:host] = v }
-          o.on("--threads N", Integer, "Puma threads for short requests (default 5)") { |v| @options[:threads] = within(v, 1..) }
+          o.on("--threads N", Integer, "threads for requests other than message-bus polls (default 5)") { |v| @options[:threads] = within(v, 1..) }
+          o.on("--puma", "Puma in front of the middleware instead of Herald's own event loop") { @options[:front] = :puma }
         end
       end
 
@@ -217,7 +219,7 @@ module Herald
         raise OptionParser::InvalidArgument, "#{value} (must be #{range.end ? "#{range.begin}..#{range.end}" : ">= #{range.begin}"})"
       end
     end
-    register "server", Server, "server [--port 9292] [--host 127.0.0.1] [--dir DIR] [--threads 5]",
+    register "server", Server, "server [--port 9292] [--host 127.0.0.1] [--dir DIR] [--threads 5] [--puma]",
       "HTTP server: message_bus endpoint + live demo page at /"
   end
 end

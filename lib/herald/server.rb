@@ -11,11 +11,15 @@ require "puma/log_writer"
 require_relative "../herald"
 require_relative "server/demo_app"
 require_relative "server/puma_log"
+require_relative "server/reply_cache"
+require_relative "server/front"
 
 module Herald
-  # `herald server`: Puma in this process, Herald::Rack::Middleware in front of the demo page, and the
-  # embedded log store. Parked long-polls are handed off by the middleware (rack.hijack), so a few Puma
-  # threads serve any number of waiting browsers; threads only run the short requests.
+  # `herald server`: Herald::Rack::Middleware in front of the demo page, on the embedded log store, behind
+  # Herald's own HTTP front end (Front): one event loop reads and parses every connection (Puma's C parser)
+  # and answers message-bus requests itself; parked polls, streams and SSE go to the middleware's event loop
+  # (rack.hijack); the demo page and anything else run on a few threads. `front: :puma` (`herald server
+  # --puma`) puts Puma in front of the middleware instead, as an app embedding Herald does.
   #
   #   server = Herald::Server.new(port: 0, dir: "tmp/herald", user_id_lookup: ->(env) { ... })
   #   server.start          # listening; server.port tells the port when 0 was asked
@@ -30,15 +34,24 @@ module Herald
     # still being read for over 10 s. Herald's endpoints take 64 KiB (max_body_bytes), so a larger body is
     # answered 413 before it is read.
     DEFAULT_MAX_REQUEST_BYTES = Puma::Const::MAX_BODY
+    # :herald, Herald's own front end (Front: polls answered on an event loop, the rest on a thread pool);
+    # :puma, Puma in front of the middleware (as an app embeds Herald).
+    FRONTS = %i[herald puma].freeze
+    DEFAULT_FRONT = :herald
 
     attr_reader :bus, :host
 
     # `app:` (a callable (demo_app, bus) => Rack app) wraps the demo app, e.g. with an app's own routes.
+    # `front:` :herald (Front) or :puma; `reply_cache: false` turns off Front's ReplyCache (benchmarks).
     # Keyword options other than those below go to Herald::Rack::Middleware (user_id_lookup:,
     # group_ids_lookup:, site_id_lookup:, ...), so an app can embed this server with its own lookups.
     def initialize(host: DEFAULT_HOST, port: DEFAULT_PORT, dir: DEFAULT_DIR, store: nil, bus: nil,
-      threads: DEFAULT_THREADS, log: $stdout, app: nil, max_request_bytes: nil, **middleware_options)
+      threads: DEFAULT_THREADS, log: $stdout, app: nil, max_request_bytes: nil, front: DEFAULT_FRONT, reply_cache: true,
+      reuse_port: false, **middleware_options)
       @host = host
+      @reuse_port = reuse_port # SO_REUSEPORT: worker processes each listen on the same port (Server.reuse_port_listener)
+      @front = front
+      @reply_cache = reply_cache
       @port = port
       @threads = threads
       @max_request_bytes = max_request_bytes || [DEFAULT_MAX_REQUEST_BYTES, middleware_options[:max_body_bytes].to_i].max
@@ -66,19 +79,48 @@ module Herald
     end
 
     # One Puma configuration for `herald server` and for the peers it is measured against (bench/).
-    def self.build_puma(app, host:, port:, threads:, max_request_bytes: DEFAULT_MAX_REQUEST_BYTES)
+    def self.build_puma(app, host:, port:, threads:, max_request_bytes: DEFAULT_MAX_REQUEST_BYTES, reuse_port: false)
       puma = Puma::Server.new(app, nil,
         min_threads: threads, max_threads: threads, log_writer: PumaLog.new, lowlevel_error_handler: LOWLEVEL_ERROR,
         environment: "production", queue_requests: true, http_content_length_limit: max_request_bytes)
-      puma.add_tcp_listener(host, port, true, 1024)
+      if reuse_port
+        puma.binder.inherit_tcp_listener(host, port, reuse_port_listener(host, port))
+      else
+        puma.add_tcp_listener(host, port, true, 1024)
+      end
       puma
     end
 
+    # A listening socket with SO_REUSEPORT: several processes bind the same port and the kernel spreads new
+    # connections over them by address hash, so worker processes share the parked clients evenly (a shared
+    # inherited socket hands them to whichever process wakes first).
+    def self.reuse_port_listener(host, port)
+      address = Addrinfo.tcp(host, port)
+      socket = Socket.new(address.afamily, :STREAM)
+      socket.setsockopt(:SOCKET, :REUSEADDR, true)
+      socket.setsockopt(:SOCKET, :REUSEPORT, true)
+      socket.setsockopt(:TCP, :NODELAY, true)
+      socket.bind(address)
+      socket.listen(1024)
+      socket.autoclose = false
+      TCPServer.for_fd(socket.fileno)
+    end
+
     def start
-      @puma = listen
-      @port = @puma.connected_ports.first
-      @thread = @puma.run
-      @log&.puts "Herald listening on #{url} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
+      if @front == :herald
+        cache = ReplyCache.new(store: @bus.store, prefix: @middleware.prefix) if @reply_cache
+        @server = listen do
+          Front.new(app: @middleware, inline: inline_paths, host: @host, port: @port, threads: @threads,
+            max_request_bytes: @max_request_bytes, cache: cache, reuse_port: @reuse_port).start
+        end
+        @port = @server.port
+        @log&.puts "Herald listening on #{url} (Herald's event loop, Puma's parser #{Puma::Const::PUMA_VERSION}, #{@threads} app threads)"
+      else
+        @puma = listen { Server.build_puma(@middleware, host: @host, port: @port, threads: @threads, max_request_bytes: @max_request_bytes, reuse_port: @reuse_port) }
+        @port = @puma.connected_ports.first
+        @thread = @puma.run
+        @log&.puts "Herald listening on #{url} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
+      end
       @log&.flush
       self
     end
@@ -108,8 +150,15 @@ module Herald
 
     private
 
+    # Message-bus requests (not herald.js, a file the thread pool serves as well) run on the event loop.
+    def inline_paths
+      prefix = @middleware.prefix
+      script = "#{prefix}herald.js"
+      ->(path) { path.start_with?(prefix) && path != script }
+    end
+
     def listen
-      Server.build_puma(@middleware, host: @host, port: @port, threads: @threads, max_request_bytes: @max_request_bytes)
+      yield
     rescue Errno::EADDRINUSE
       shutdown
       raise ConfigurationError, "cannot listen on #{@host}: port #{@port} is in use; stop the other server or pass --port"
@@ -124,10 +173,12 @@ module Herald
       raise ArgumentError, "host must name an address (0.0.0.0 for every interface), got #{@host.inspect}" unless @host.is_a?(String) && !@host.empty?
       raise ArgumentError, "port must be an Integer in 0..65535 (0: any free port), got #{@port.inspect}" unless @port.is_a?(Integer) && @port.between?(0, 65_535)
       raise ArgumentError, "threads must be an Integer >= 1, got #{@threads.inspect}" unless @threads.is_a?(Integer) && @threads >= 1
+      raise ArgumentError, "front must be one of #{FRONTS.inspect}, got #{@front.inspect}" unless FRONTS.include?(@front)
     end
 
     def shutdown
       @puma&.stop(true)
+      @server&.stop
       @middleware.close if @middleware.respond_to?(:close)
       @bus.close if @owns_bus
     end

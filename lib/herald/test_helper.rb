@@ -14,9 +14,13 @@ module Herald
   #   assert_published "/chat", {"text" => "hi"} do ... end  # published inside the block
   #   assert_published "/chat", {"text" => "hi"}              # published during this test so far
   #   messages = capture_published { ... }                    # [Herald::Message], every channel
+  #   expect { ... }.to herald_publish("/chat", {"text" => "hi"}) # RSpec: the same as a block matcher
   module TestHelper
+    # RSpec example groups get a `before` hook (Minitest calls #before_setup). Checked by class: the module
+    # itself defines before_setup, so every class that includes it has one.
     def self.included(base)
-      base.before { herald_memory_store } if base.respond_to?(:before) && !base.method_defined?(:before_setup)
+      return unless defined?(::RSpec::Core::ExampleGroup) && base.is_a?(Class) && base <= ::RSpec::Core::ExampleGroup
+      base.before { herald_memory_store }
     end
 
     # Minitest runs this before every test (before `setup`).
@@ -52,6 +56,40 @@ module Herald
       messages = block ? capture_published(&block) : Herald.global_backlog(@herald_test_start || 0)
       on_channel = messages.select { |m| m.channel == channel }
       herald_assert on_channel.empty?, "Expected nothing on #{channel}, got #{on_channel.map(&:data).inspect}"
+    end
+
+    # RSpec block matcher: `expect { ... }.to herald_publish(channel, data = nil)` (and `not_to`).
+    def herald_publish(channel, data = nil) = PublishMatcher.new(self, channel, data)
+
+    # The matcher protocol RSpec uses (matches?, failure messages, supports_block_expectations?), so this
+    # file needs no RSpec at load.
+    class PublishMatcher
+      def initialize(helper, channel, data)
+        @helper = helper
+        @channel = channel
+        @data = data
+        @messages = []
+      end
+
+      def supports_block_expectations? = true
+
+      def matches?(block)
+        raise ArgumentError, "herald_publish needs a block: expect { ... }.to herald_publish(#{@channel.inspect})" unless block.is_a?(Proc)
+        @messages = @helper.capture_published(&block)
+        @messages.any? { |m| m.channel == @channel && (@data.nil? || m.data == @data) }
+      end
+
+      def does_not_match?(block) = !matches?(block)
+
+      def description = "publish #{"#{@data.inspect} " unless @data.nil?}on #{@channel}"
+
+      def failure_message = "expected the block to #{description}; published: #{published}"
+
+      def failure_message_when_negated = "expected the block not to #{description}; published: #{published}"
+
+      private
+
+      def published = @messages.map { |m| [m.channel, m.data] }.inspect
     end
 
     private

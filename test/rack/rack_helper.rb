@@ -58,7 +58,12 @@ module Herald
 
     def status_of(messages) = messages.find { |m| m["channel"] == "/__status" }&.fetch("data")
 
-    def puma(mw = middleware) = PumaServer.new(mw).tap { |s| @servers << s }
+    # HERALD_TEST_FRONT=herald: the socket tests run against herald server's own front end
+    # (Herald::Server::Front) instead of Puma, with the same middleware behind it.
+    def puma(mw = middleware)
+      server = (ENV["HERALD_TEST_FRONT"] == "herald") ? FrontServer.new(mw) : PumaServer.new(mw)
+      server.tap { |s| @servers << s }
+    end
   end
 
   # Puma in this process on a free port, spoken to over raw sockets.
@@ -157,5 +162,21 @@ module Herald
       end
       buffer
     end
+  end
+end
+
+module Herald
+  # `herald server`'s front end in this process on a free port, with the same raw-socket helpers: requests
+  # under /message-bus/ answered on its event loop, the rest on its thread pool.
+  class FrontServer < PumaServer
+    def initialize(app, threads: 4)
+      require "herald/server"
+      inline = ->(path) { path.start_with?("/message-bus/") }
+      @front = Herald::Server::Front.new(app: app, inline: inline, host: "127.0.0.1", port: 0, threads: threads,
+        max_request_bytes: Herald::Server::DEFAULT_MAX_REQUEST_BYTES).start
+      @port = @front.port
+    end
+
+    def stop = @front.stop
   end
 end

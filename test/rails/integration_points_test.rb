@@ -94,6 +94,37 @@ class RailsIntegrationPointsTest < Minitest::Test
     mw.close
   end
 
+  # Herald.reset! in a running app (a test suite switching stores): a client parked on the old bus is ended
+  # (`[]`, so it polls again), and the next long poll is parked on the new bus and gets its messages live.
+  def test_reset_moves_parked_long_polls_to_the_new_bus
+    Herald.configure { |c| c.store = :memory }
+    mw = Herald::Rack::Middleware.new(->(_) { [200, {}, ["app"]] }, long_polling_interval: 10)
+    long_poll = lambda do |last_id|
+      Thread.new do
+        env = Rack::MockRequest.env_for("/message-bus/c1/poll", :method => "POST", :input => "/chat=#{last_id}", "HTTP_DONT_CHUNK" => "1")
+        _, _, body = mw.call(env)
+        text = +""
+        body.each { |part| text << part }
+        body.close if body.respond_to?(:close)
+        JSON.parse(text)
+      end
+    end
+    old_bus = Herald.bus
+    before = long_poll.call(0)
+    eventually { mw.active_clients == 1 }
+    Herald.reset!
+    Herald.configure { |c| c.store = :memory }
+    after = long_poll.call(0)
+    assert_equal [], Timeout.timeout(5) { before.value }, "the old bus's client is ended, not left hanging"
+    eventually { mw.active_clients == 1 }
+    refute_same old_bus, Herald.bus
+    assert_same Herald.bus, mw.reactor.bus
+    Herald.publish("/chat", {"text" => "après reset ✓ 🎉"})
+    assert_equal [{"text" => "après reset ✓ 🎉"}], Timeout.timeout(5) { after.value }.map { |m| m["data"] }
+  ensure
+    mw&.close
+  end
+
   def test_default_store_survives_reset
     Herald::Config.default_store = :memory
     Herald.reset!

@@ -5,6 +5,7 @@ require "stringio"
 require "socket"
 require "fileutils"
 require "net/http"
+require "json"
 require "herald/cli"
 require "herald/server"
 require_relative "../support/herald_cli"
@@ -144,6 +145,25 @@ class ServerCLITest < Minitest::Test
   ensure
     server&.stop
     server&.wait
+  end
+
+  # Herald's own front end by default; --puma (front: :puma) puts Puma in front of the same middleware.
+  def test_both_front_ends_serve_the_page_and_polls
+    %i[herald puma].each do |front|
+      server = Herald::Server.new(port: 0, dir: @dir, log: (log = StringIO.new), front: front).start
+      assert_includes log.string, (front == :puma) ? "(Puma " : "(Herald's event loop"
+      assert_equal "200", Net::HTTP.get_response(URI("#{server.url}/")).code
+      server.bus.publish("/chat", "ünïcode ✓")
+      reply = Net::HTTP.post(URI("#{server.url}/message-bus/#{front}/poll?dlp=t"), JSON.generate("/chat" => 0), "Content-Type" => "application/json")
+      assert_equal "ünïcode ✓", JSON.parse(reply.body).first["data"], front
+    ensure
+      server&.stop
+      server&.wait
+    end
+    assert_raises(ArgumentError) { Herald::Server.new(front: :webrick, dir: @dir) }
+    command = Herald::CLI::Server.allocate.tap { |c| c.instance_variable_set(:@options, {}) }
+    command.send(:parser).parse!(%w[--puma])
+    assert_equal({front: :puma}, command.instance_variable_get(:@options))
   end
 
   def test_an_ipv6_address_is_bracketed_in_the_url

@@ -74,6 +74,55 @@ class RedisStoreTest < Minitest::Test
     assert_equal ["second"], @store.backlog("/short", 0).map(&:data)
   end
 
+  def evalsha_calls(redis)
+    redis.call("INFO", "commandstats")[/cmdstat_evalsha:calls=(\d+)/, 1].to_i
+  end
+
+  # Concurrent publishes of one process share script calls (Redis::Batcher); ids stay dense per channel
+  # and unique globally, and every thread gets its own record's ids back.
+  def test_concurrent_publishes_share_script_calls
+    redis = RedisClient.new(url: url)
+    append("/warm", 0) # loads the script: the count below is EVALSHA calls only
+    before = evalsha_calls(redis)
+    results = Array.new(8) do |t|
+      Thread.new { Array.new(150) { |i| [t, i, append("/t#{t % 3}", "#{t} #{i} é🎉")] } }
+    end.flat_map(&:value)
+    calls = evalsha_calls(redis) - before
+    assert_operator calls, :<, results.size / 2, "#{calls} script calls for #{results.size} concurrent publishes"
+    assert_equal results.size, results.map { |*, m| m.global_id }.uniq.size
+    results.group_by { |*, m| m.channel }.each do |channel, published|
+      assert_equal (1..published.size).to_a, published.map { |*, m| m.message_id }.sort, channel
+      stored = @store.backlog(channel, 0).to_h { |m| [m.message_id, m.data] }
+      published.each { |t, i, m| assert_equal "#{t} #{i} é🎉", stored.fetch(m.message_id) }
+    end
+  ensure
+    redis&.close
+  end
+
+  # The record is kept once, in its channel's set; the global set holds a short reference to it.
+  def test_a_record_is_stored_once
+    big = "x" * 100_000
+    append("/big", big)
+    redis = RedisClient.new(url: url)
+    keys = redis.call("KEYS", "#{@store.namespace}:*")
+    sizes = keys.to_h { |k| [k, redis.call("MEMORY", "USAGE", k)] }
+    assert_equal 1, sizes.count { |_, bytes| bytes > 100_000 }, sizes.inspect
+    assert_equal [big], @store.global_backlog(0).map(&:data)
+  ensure
+    redis&.close
+  end
+
+  # References to records that are gone (their channel's set expired) are skipped, also across pages
+  # and with a limit.
+  def test_the_global_backlog_skips_records_whose_channel_expired
+    3.times { |i| append("/gone", i) }
+    kept = Array.new(Herald::Store::Redis::GLOBAL_PAGE + 5) { |i| append("/kept", i).global_id }
+    RedisClient.new(url: url).then { |r| r.call("DEL", "#{@store.namespace}:ch:/gone").tap { r.close } }
+    assert_equal kept, @store.global_backlog(0).map(&:global_id)
+    assert_equal kept.first(2), @store.global_backlog(0, limit: 2).map(&:global_id)
+    assert_equal kept.last(3), @store.global_backlog(kept[-4], limit: 10).map(&:global_id)
+  end
+
   def test_store_from_url
     s = Herald::Store.from_url(url)
     assert_instance_of Herald::Store::Redis, s

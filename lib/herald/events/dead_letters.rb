@@ -69,7 +69,7 @@ module Herald
       end
 
       def run(subscriber, handler, original)
-        payload = {subscriber: subscriber.subscriber_name, event: nil, message: original, attempt: 1, replay: true}
+        payload = {subscriber: subscriber.subscriber_name, event: nil, message: original, attempt: 1, deferred: true, replay: true}
         Instrumentation.instrument(Delivery::PROCESS, payload) do
           payload[:event] = original.data
           handler.call(payload[:event], original)

@@ -60,7 +60,7 @@ module Herald
         Events.around_handler(deferred: true) do
           event = msg.data
           next handler.call(event, msg) unless Instrumentation.listening?(PROCESS)
-          payload = {subscriber: @name, event: event, message: msg, attempt: attempt}
+          payload = {subscriber: @name, event: event, message: msg, attempt: attempt, deferred: true}
           Instrumentation.instrument(PROCESS, payload) { handler.call(event, msg) }
         end
       end

@@ -1,12 +1,24 @@
 # frozen_string_literal: true
 
 module Herald
-  # Herald's instrumentation events:
-  #   publish.herald  {channel:, event:, message:}               around Herald.publish_event (sync subscribers included)
-  #   process.herald  {subscriber:, event:, message:, attempt:}  around one handler call (+ exception:,
-  #                   exception_object: when it raised, as ActiveSupport names them)
+  # Herald's instrumentation events (none of them carries a client id: it is a bearer token):
+  #   publish_message.herald {channel:, site_id:, bytes:, targeted:, message_id:, global_id:}
+  #                   around every Herald.publish / Bus#publish(_message); bytes: the encoded data;
+  #                   the ids are set when the store has appended
+  #   poll.herald     {channels:, mode:, status:, messages:, parked:}  around one request to the middleware
+  #                   (mode :long_poll, :chunked, :sse or :short_poll; status the HTTP status; messages
+  #                   the number in the reply, or in a stream's first bytes; parked: held for later)
+  #   deliver.herald  {mode:, encoding:, messages:}  a parked client was handed messages (its reply, or a
+  #                   chunk of its stream), on the middleware's event loop thread; not timed
+  #   publish.herald  {channel:, event:, message:}   around Herald.publish_event (sync subscribers included;
+  #                   message: the stored Herald::Message, set once stored)
+  #   process.herald  {subscriber:, event:, message:, attempt:, deferred:}  around one handler call, sync
+  #                   (deferred: false) or deferred (+ exception:, exception_object: when it raised, as
+  #                   ActiveSupport names them)
   #   retry.herald    {subscriber:, message:, error:, attempt:, wait:}   a failed attempt that will be retried
   #   dead.herald     {subscriber:, message:, error:, attempts:}         an event given up on (dead letter)
+  #
+  # Each costs one `listening?` check when nobody listens: no payload is built, nothing is timed.
   #
   # They go to ActiveSupport::Notifications when it is loaded (subscribe there as usual), and always to
   # the plain callbacks registered here, which need nothing else:
@@ -14,8 +26,8 @@ module Herald
   #   sub = Herald::Instrumentation.subscribe("dead.herald") { |name, payload, duration| ... }
   #   Herald::Instrumentation.unsubscribe(sub)
   #
-  # `duration` is in seconds (nil for events that are not timed). A callback that raises is reported on
-  # stderr and never breaks the publish or the worker.
+  # `duration` is in seconds (nil for events that are not timed). A callback that raises is reported
+  # through Herald.logger and never breaks the publish or the worker.
   module Instrumentation
     Callback = Struct.new(:name, :block)
 

@@ -35,7 +35,8 @@ module Herald
         channel = bus.check_channel!(channel) # the same names as Bus#publish: events append through the store itself
         start(bus) unless @pool || @checked == registry.generation || !Events.autostart
         return store(event, channel, bus, registry) unless Instrumentation.listening?(PUBLISH)
-        Instrumentation.instrument(PUBLISH, {channel: channel, event: event}) { store(event, channel, bus, registry) }
+        payload = {channel: channel, event: event}
+        Instrumentation.instrument(PUBLISH, payload) { payload[:message] = store(event, channel, bus, registry) }
       end
 
       def start(bus, threads: @threads)
@@ -72,8 +73,14 @@ module Herald
       def store(event, channel, bus, registry)
         msg = bus.store.append(channel, Codec::Event.encode(event), codec: Codec::Event,
           max_backlog_size: @max_backlog_size)
-        registry.sync_for(event.class, channel).each { |s| Events.around_handler { s.new.call(event, msg) } }
+        registry.sync_for(event.class, channel).each { |s| Events.around_handler { call_sync(s, event, msg) } }
         msg
+      end
+
+      def call_sync(subscriber, event, msg)
+        return subscriber.new.call(event, msg) unless Instrumentation.listening?(Delivery::PROCESS)
+        payload = {subscriber: subscriber.subscriber_name, event: event, message: msg, attempt: 1, deferred: false}
+        Instrumentation.instrument(Delivery::PROCESS, payload) { subscriber.new.call(event, msg) }
       end
     end
 

@@ -8,6 +8,7 @@ module Herald
     # Rack body the app server drains, which does its own framing). Only the event loop calls these methods.
     class Connection
       MODES = %i[poll chunked sse].freeze
+      DELIVER = "deliver.herald"
 
       attr_reader :client, :mode, :encoding
       attr_accessor :deadline, :indexed
@@ -24,6 +25,9 @@ module Herald
       def closed? = @closed
 
       def streaming? = @mode != :poll
+
+      # Whether the fan-out may hand this client a message's shared reply bytes (SocketConnection).
+      def shared_reply? = false
 
       # The first bytes: headers and backlog for streams (`[]` when there is none: the JS client gives up
       # on streaming if nothing arrives within 3 s). A long poll with nothing to say writes nothing yet.
@@ -46,11 +50,15 @@ module Herald
 
       # Messages for this client, already filtered. A long poll replies with them and ends.
       def deliver(msgs)
-        case @mode
-        when :poll then reply(msgs)
-        when :chunked then msgs.each { |m| write(message_chunk(m)) }
-        when :sse then msgs.each { |m| write(@wire.sse(m)) }
-        end
+        write_messages(msgs)
+        delivered(msgs.size) if Instrumentation.listening?(DELIVER)
+      end
+
+      # deliver.herald, once the bytes are handed over (the reactor's shared-reply fast path calls this too,
+      # when somebody listens). Not timed: the writes never block. Never the client (its id is a bearer
+      # token). Modes named as poll.herald's.
+      def delivered(count)
+        Instrumentation.instrument(DELIVER, {mode: (@mode == :poll) ? :long_poll : @mode, encoding: @encoding, messages: count})
       end
 
       # Timeout or superseded: an empty reply, or `[]` and the end of the stream (PROTOCOL.md 1.5, 1.6).
@@ -66,6 +74,14 @@ module Herald
       end
 
       private
+
+      def write_messages(msgs)
+        case @mode
+        when :poll then reply(msgs)
+        when :chunked then msgs.each { |m| write(message_chunk(m)) }
+        when :sse then msgs.each { |m| write(@wire.sse(m)) }
+        end
+      end
 
       def json? = @encoding == :json
 

@@ -44,7 +44,9 @@ module Herald
         on_middleware_error: nil
       }.freeze
 
-      attr_reader :options
+      # The path prefix this middleware answers ("/message-bus/" by default): herald server answers these
+      # requests on its event loop.
+      attr_reader :options, :prefix
 
       def initialize(app, bus: nil, **options)
         unknown = options.keys - DEFAULTS.keys

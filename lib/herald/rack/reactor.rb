@@ -16,6 +16,9 @@ module Herald
       TICK = 0.25 # longest select: how often deadlines and stalled writers are checked at the latest
 
       attr_reader :bus
+      # For benchmarks: an object whose #start(msg) returns nil or a per-fan-out recorder (#wrote after
+      # each shared write, #written(count) after the last, #done after the bookkeeping and closes).
+      attr_accessor :trace
 
       def initialize(bus:, wire:, filters:, write_timeout:, on_error:)
         @bus = bus
@@ -32,6 +35,7 @@ module Herald
         @released = [] # closed SocketConnections whose sockets are closed after the current fan-out
         @cursor = bus.store.last_global_id # the last global id fanned out
         @closed = false
+        @trace = nil
         @subscription = bus.subscribe { |msg| push(msg) }
         @thread = Thread.new { run }
         @thread.name = "herald-reactor" if @thread.respond_to?(:name=)
@@ -177,7 +181,10 @@ module Herald
         deliver(conn, found) unless found.empty?
       end
 
+      # One message (the usual batch) goes out on the fast path, #fan_out_one; several are grouped per client,
+      # so a long poll answers with all of them.
       def fan_out(batch)
+        return fan_out_one(batch.first) if batch.size == 1
         polls = nil
         batch.each do |msg|
           @cursor = msg.global_id if msg.global_id > @cursor
@@ -194,16 +201,60 @@ module Herald
         polls&.each { |conn, msgs| deliver(conn, msgs) }
       end
 
+      # Every reader gets its bytes first; all bookkeeping (unindexing answered polls, delivering to the
+      # other kinds, closing sockets) waits until the last write, so the last reader is not kept waiting by
+      # the Ruby work for the readers before it. A hijacked JSON long poll gets the message's whole reply,
+      # shared by every reader with the same extra headers: built once per header set and looked up by the
+      # client's own header lines, so neither a targeted message nor a CORS header hands one client's bytes
+      # to another.
+      def fan_out_one(msg)
+        @cursor = msg.global_id if msg.global_id > @cursor
+        readers = @index[Client.key(msg.channel, msg.site_id)] or return
+        trace = @trace&.start(msg)
+        open = msg.client_ids || msg.user_ids || msg.group_ids || !@filters.empty?
+        channel = msg.channel
+        id = msg.message_id
+        replies = {} # extra header lines => the shared reply bytes
+        answered = []
+        others = nil
+        readers.each_key do |conn|
+          positions = conn.client.positions
+          next if id <= (positions[channel] || 0)
+          positions[channel] = id
+          next if open && !allowed?(conn, msg)
+          if conn.shared_reply?
+            conn.write_reply(replies[conn.extra_headers] ||= @wire.poll_reply(msg, conn.extra_headers))
+            answered << conn
+            trace&.wrote
+          else
+            (others ||= []) << conn
+          end
+        end
+        trace&.written(answered.size)
+        answered.each { |conn| conn.delivered(1) } if Instrumentation.listening?(Connection::DELIVER)
+        answered.each do |conn|
+          remove(conn)
+          settle(conn)
+        end
+        others&.each { |conn| deliver(conn, [msg]) }
+        release_closed
+        trace&.done
+      end
+
+      def allowed?(conn, msg)
+        conn.client.allowed?(msg, @filters)
+      rescue => e
+        fail_connection(conn, e)
+        false
+      end
+
       # Moves the client's position past msg; true when the client may see it. A failing client message
       # filter drops that one client and never stops the fan-out.
       def take?(conn, msg)
         positions = conn.client.positions
         return false if msg.message_id <= (positions[msg.channel] || 0)
         positions[msg.channel] = msg.message_id
-        conn.client.allowed?(msg, @filters)
-      rescue => e
-        fail_connection(conn, e)
-        false
+        allowed?(conn, msg)
       end
 
       def deliver(conn, msgs)

@@ -9,6 +9,12 @@ module Herald
       CLIENT_ID = /\A[A-Za-z0-9_.~-]{1,128}\z/
       HEADER_SAFE = /\A[^\r\n\0]*\z/
       EMPTY = {}.freeze
+      POLL = "poll.herald"
+      # Set in the env of an immediate reply that depends only on the request and the store's contents,
+      # not on who asked: herald server's front end may give the same bytes to the same request until the
+      # store changes (Herald::Server::ReplyCache).
+      SHARED_REPLY = "herald.shared_reply"
+      LOOKUPS = %i[user_id_lookup group_ids_lookup site_id_lookup extra_response_headers_lookup].freeze
 
       def initialize(middleware, env, client_id, action)
         @mw = middleware
@@ -16,31 +22,61 @@ module Herald
         @env = env
         @client_id = client_id
         @action = action
+        @payload = nil # poll.herald's, when somebody listens
       end
 
       def call
-        raise RequestError, "client id must be 1-128 characters of A-Z a-z 0-9 _ . ~ -" unless @client_id.match?(CLIENT_ID)
-        return [200, headers(Middleware::JSON_TYPE), ["OK"]] if @env["REQUEST_METHOD"] == "OPTIONS"
+        return [200, headers(Middleware::JSON_TYPE), ["OK"]] if @env["REQUEST_METHOD"] == "OPTIONS" && client_id?
+        Instrumentation.listening?(POLL) ? instrumented : answer
+      end
+
+      private
+
+      def client_id? = @client_id.match?(CLIENT_ID)
+
+      def answer
+        raise RequestError, "client id must be 1-128 characters of A-Z a-z 0-9 _ . ~ -" unless client_id?
         sse = @action == "sse"
         request = if sse
           PollRequest.from_query(@env["QUERY_STRING"].to_s, max_channels: @options[:max_channels])
         else
           PollRequest.from_env(@env, max_body_bytes: @options[:max_body_bytes], max_channels: @options[:max_channels])
         end
+        @payload[:channels] = request.channels.size if @payload
         client = build_client(request)
         snapshot = @mw.bus.store.last_global_id
         msgs, status = sse ? sse_backlog(client, request) : backlog(client, request)
         respond(client, msgs, status, snapshot, sse)
       end
 
-      private
+      # poll.herald: what was asked and answered, never who asked (the client id is a bearer token). A
+      # RequestError is reported by its status (400, 413), not as an exception: its message is the client's.
+      def instrumented
+        @payload = {channels: 0, mode: nil, status: nil, messages: 0, parked: false}
+        error = nil
+        response = Instrumentation.instrument(POLL, @payload) do
+          answer.tap { |r| @payload[:status] = r[0] }
+        rescue RequestError => e
+          @payload[:status] = e.status
+          error = e
+        end
+        error ? raise(error) : response
+      end
+
+      # The transport the client asked for: SSE, a chunked stream, a long poll or a short (dlp=t) poll.
+      def mode(sse)
+        return :sse if sse
+        return :short_poll unless long_polling?
+        chunked? ? :chunked : :long_poll
+      end
 
       def respond(client, msgs, status, snapshot, sse)
+        @payload[:mode] = mode(sse) if @payload
         ready = !msgs.empty? || status
         return park(client, :sse, msgs, status, snapshot) if sse && room?
         return too_many if sse
-        return reply(msgs, status) if ready && !chunked?
-        return reply(msgs, status) unless long_polling?
+        return shared(reply(msgs, status), msgs) if ready && !chunked?
+        return shared(reply(msgs, status), msgs) unless long_polling?
         return (ready ? reply(msgs, status) : too_many) unless room?
         park(client, chunked? ? :chunked : :poll, msgs, status, snapshot)
       end
@@ -88,7 +124,10 @@ module Herald
           client.allowed?(msg, @mw.filters) ? msgs << msg : withheld = true
         end
         client.positions[channel] = position
-        (status ||= {})[channel] = position if withheld
+        if withheld
+          (status ||= {})[channel] = position
+          @withheld = true # this client's reply differs from another's (see #shared)
+        end
         status
       end
 
@@ -111,6 +150,7 @@ module Herald
       end
 
       def reply(msgs, status)
+        @payload[:messages] = msgs.size if @payload
         if msgpack?
           [200, headers(Middleware::MSGPACK_TYPE), [@mw.wire.msgpack_array(msgs, status)]]
         else
@@ -118,11 +158,24 @@ module Herald
         end
       end
 
+      # Not for an instrumented request (each gets its event), lookups or filters (they see the env), a
+      # targeted message sent or withheld (client_ids: the reply depends on the client id) or forced channels.
+      def shared(response, msgs)
+        return response if @payload || @withheld || !@mw.filters.empty? || @env.key?("message_bus.channels")
+        return response if LOOKUPS.any? { |name| @options[name] }
+        @env[SHARED_REPLY] = true if msgs.all?(&:public?)
+        response
+      end
+
       def too_many
         [429, headers("text/plain; charset=utf-8").merge("retry-after" => @options[:retry_after].to_s), ["too many clients, retry later\n"]]
       end
 
       def park(client, mode, msgs, status, snapshot)
+        if @payload
+          @payload[:parked] = true
+          @payload[:messages] = msgs.size # a stream's backlog, written as it starts
+        end
         reactor = @mw.reactor
         common = {client: client, mode: mode, encoding: msgpack? ? :msgpack : :json, wire: @mw.wire}
         if hijack?

@@ -8,7 +8,7 @@ module Herald
     # a byte for `write_timeout` seconds, is dropped, so one stalled reader never slows the others.
     class SocketConnection < Connection
       attr_accessor :monitor
-      attr_reader :io, :stalled_since
+      attr_reader :io, :stalled_since, :extra_headers
 
       def initialize(io:, extra_headers:, max_buffer:, **options)
         super(**options)
@@ -27,6 +27,16 @@ module Herald
       end
 
       def pending? = !@pending.nil?
+
+      # A JSON long poll that has written nothing: its reply can be a message's shared bytes (#write_reply).
+      def shared_reply? = @mode == :poll && @encoding == :json && !@closed && @pending.nil?
+
+      # The fan-out's fast path: the whole reply (Wire#poll_reply for this client's extra headers) now, the
+      # close once it is out. Unindexing is the event loop's, after every reader was written to.
+      def write_reply(bytes)
+        write(bytes)
+        finish_stream
+      end
 
       # Bytes for the client; never blocks.
       def write(bytes)

@@ -7,6 +7,7 @@ rescue LoadError
   raise LoadError, "Herald::Store::Redis needs the redis-client gem: add `gem \"redis-client\"` to your Gemfile (or gem install redis-client)"
 end
 require_relative "redis/scripts"
+require_relative "redis/batcher"
 
 module Herald
   module Store
@@ -17,7 +18,8 @@ module Herald
     #     on_reset: ->(old_epoch, new_epoch) { ... })
     #
     # One Lua script (Scripts::APPEND) assigns the global and channel ids, stores the record in the
-    # channel's and the global sorted set, trims both and PUBLISHes a wakeup; a backlog is one
+    # channel's sorted set (once: the global set holds a reference), trims both and PUBLISHes a wakeup;
+    # the concurrent publishes of a process share one script call (Batcher). A backlog is one
     # ZRANGEBYSCORE returning raw records (Store::Packed), decoded without touching `data`.
     # A reset (flush, restart without persistence, failover) is detected by the epoch and by ids going
     # backwards, reported to `on_reset`, and recovered from by restarting ids above everything seen; every
@@ -44,6 +46,8 @@ module Herald
       # How often the listener checks the epoch while no wakeup comes: a FLUSHALL that nobody publishes
       # after is noticed (cache dropped, on_reset called) within this many seconds.
       CHECK_EVERY = 1.0
+      GLOBAL_KEY = "refs" # schema 2 (Scripts): schema 1 kept a copy of every record in "global"
+      GLOBAL_PAGE = 1000 # references resolved per script call: bounds how long one read holds the server
 
       attr_reader :url, :namespace, :driver
 
@@ -86,7 +90,7 @@ module Herald
         @on_reset = on_reset || ->(old, new) { Herald.logger.warn "Redis store #{namespace} was reset (epoch #{old} -> #{new}): ids restart above the old ones" }
         @meta_key = "#{namespace}:meta"
         @ids_key = "#{namespace}:ids"
-        @global_key = "#{namespace}:global"
+        @global_key = "#{namespace}:#{GLOBAL_KEY}"
         @wake_channel = "#{namespace}:wake"
         @channel_keys = {}
         @retention = Retention.new(max_backlog_size, max_backlog_age)
@@ -98,6 +102,7 @@ module Herald
         @pool = Pool.new(size: pool, timeout: 5, connect: -> { connect }, close: ->(c) { c.close },
           abandon: ->(_) {}, broken: ->(e, _) { e.is_a?(RedisClient::ConnectionError) })
         @cache = BacklogCache.new if backlog_cache
+        @batcher = Batcher.new { |requests| append_batch(requests) }
         @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {}, on_change: ->(key) { @cache&.invalidate(key) })
         @fork_hook = ForkTracker.after_fork { after_fork }
       end
@@ -113,11 +118,7 @@ module Herald
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
         # A batched trim leaves up to size/16 extra records: when the size grows, they go first (trimmed
         # exactly to the old size), or the larger size would bring back what was already dropped.
-        gid, mid, epoch, reset = evalsha(Scripts::APPEND, [@meta_key, @ids_key, channel_key(key), @global_key,
-          key, tail, size, (age * 1000).ceil, @epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel,
-          (before == size) ? size / 16 : 0, (before < size) ? before : 0])
-        saw(epoch, gid, reset == 1)
-        @notifier.notify(gid, key)
+        gid, mid = @batcher.call([key, tail, size, (age * 1000).ceil, (before == size) ? size / 16 : 0, (before < size) ? before : 0])
         Herald::Message.build(gid, mid, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
@@ -146,21 +147,19 @@ module Herald
         end
       end
 
-      # Expired records are left out after the read: with a limit, it reads on past them, so a page is
-      # never short while live messages follow.
+      # Pages of GLOBAL_PAGE references, resolved to records by Scripts::GLOBAL (references to expired
+      # channels are skipped there). Expired records are left out after the read: with a limit, it reads
+      # on past them, so a page is never short while live messages follow.
       def global_backlog(last_id = 0, limit: nil)
         found = []
         loop do
-          want = limit && limit - found.size
-          command = ["ZRANGEBYSCORE", @global_key, "(#{last_id}", "+inf"]
-          command.push("LIMIT", 0, want) if want
-          messages = Packed.decode_all(read { |r| r.call_v(command) })
-          return found if messages.empty?
-          @high = messages.last.global_id if messages.last.global_id > @high
-          live = Packed.unexpired(messages)
-          found.concat(live)
-          return found if want.nil? || messages.size < want || live.size == messages.size
-          last_id = messages.last.global_id
+          want = limit ? [limit - found.size, GLOBAL_PAGE].min : GLOBAL_PAGE
+          read_count, last_read, *records = read { |r| evalsha_with(r, Scripts::GLOBAL, [@global_key, last_id, want], keys: 1) }
+          messages = Packed.decode_all(records)
+          @high = messages.last.global_id if messages.any? && messages.last.global_id > @high
+          found.concat(Packed.unexpired(messages))
+          return found if read_count < want || (limit && found.size >= limit)
+          last_id = last_read.to_i
         end
       end
 
@@ -195,6 +194,7 @@ module Herald
       # (Process._fork); call it yourself after a fork Ruby cannot see.
       def after_fork
         @pool.after_fork
+        @batcher = Batcher.new { |requests| append_batch(requests) } # the parent's may be mid-call
         @leases.clear # the parent still holds them
         @renewer = nil
       end
@@ -222,10 +222,31 @@ module Herald
         end
       end
 
-      def clock_floor = Time.now.to_i << 20
+      def clock_floor = Process.clock_gettime(Process::CLOCK_REALTIME, :second) << 20
 
-      def evalsha(script, args)
-        write { |r| evalsha_with(r, script, args, keys: 4) }
+      # One APPEND call for the requests of a batch ([key, tail, size, ttl_ms, slack, trim_first] each);
+      # returns [global_id, message_id] for each, in order. The command is built as one array: this runs
+      # once per publish when there is no concurrency.
+      def append_batch(requests)
+        command = ["EVALSHA", Scripts::APPEND.sha, 3 + requests.size, @meta_key, @ids_key, @global_key]
+        requests.each { |request| command << channel_key(request[0]) }
+        command.push(@epoch || "", @high, clock_floor, @next_epoch, @max_global, @wake_channel)
+        requests.each { |request| command.concat(request) }
+        reply = write { |r| call_script(r, command, Scripts::APPEND) }
+        first = reply[2]
+        saw(reply[0], first + requests.size - 1, reply[1] == 1)
+        requests.each_with_index.map do |request, i|
+          @notifier.notify(first + i, request[0])
+          [first + i, reply[3 + i]]
+        end
+      end
+
+      # `command` is EVALSHA's; a server that lost the script (restart, SCRIPT FLUSH) gets its source.
+      def call_script(redis, command, script)
+        redis.call_v(command)
+      rescue RedisClient::CommandError => e
+        raise unless e.message.start_with?("NOSCRIPT")
+        redis.call_v(["EVAL", script.source, *command.drop(2)])
       end
 
       def evalsha_with(redis, script, args, keys:)

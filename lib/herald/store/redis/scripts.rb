@@ -7,8 +7,15 @@ module Herald
     class Redis
       # The server-side scripts. Each runs atomically, so ids are assigned, stored, trimmed and announced
       # in one step. Keys: meta (hash: epoch, gid, floor), ids (hash: channel key => last message id),
-      # the channel's sorted set (score message id) and the global one (score global id), both holding
-      # the same record strings (Store::Packed), so trimming a channel removes its records globally too.
+      # each channel's sorted set (score message id, member the record: Store::Packed) and the global set
+      # of references (score global id, member the record's message id as 8 bytes followed by the
+      # channel set's key). A record is stored once, in its channel's set; the global set only points at
+      # it, so trimming a channel removes its references too and an expired channel leaves references to
+      # nothing, which global reads skip (and the global trim drops).
+      #
+      # Schema 2. Schema 1 (Herald before the global references) kept a second copy of every record in
+      # `<namespace>:global`; schema 2 keeps its references in `<namespace>:refs` (Redis::GLOBAL_KEY) and
+      # leaves the old set alone: channel backlogs read across the change, the global backlog starts at it.
       module Scripts
         Script = Struct.new(:source, :sha)
 
@@ -35,54 +42,89 @@ module Herald
           end
         LUA
 
-        # KEYS meta ids channel global; ARGV channel_key tail max_size ttl_ms known_epoch watermark clock
-        # new_epoch max_global wake_channel slack trim_first. Returns {global_id, message_id, epoch, reset}.
-        # trim_first > 0 (the channel's size grows from it): the batch's leftovers go first.
-        # Trimming runs in batches (once a set is `slack` past its size, about size/16) to keep the
-        # common append short; channel backlogs are read newest-first with LIMIT size, so they stay exact.
+        # KEYS meta ids refs channel_1 .. channel_n (the sets of the n records, repeated when shared).
+        # ARGV known_epoch watermark clock new_epoch max_global wake_channel, then six per record:
+        # channel_key tail max_size ttl_ms slack trim_first.
+        # Returns {epoch, reset, first_global_id, message_id_1 .. message_id_n}: the records get consecutive
+        # global ids in the order given.
+        # A channel is trimmed by message id (ids are dense within a run: no ZCARD), in batches: once every
+        # slack + 1 records it drops what is `max_size` or more ids behind, so it holds at most
+        # max_size + slack records; backlogs read newest-first with LIMIT max_size, so they stay exact.
+        # trim_first > 0 (the channel's size grows from it): the batch's leftovers go first. The global
+        # references are trimmed by global id the same way, every max_global / 16 ids.
         APPEND = script(RESET + <<~LUA)
+          local refs = KEYS[3]
+          local function trim(set, upto)
+            local old = redis.call('ZRANGE', set, '-inf', upto, 'BYSCORE')
+            if #old == 0 then return end
+            redis.call('ZREMRANGEBYSCORE', set, '-inf', upto)
+            for i = 1, #old do old[i] = string.sub(old[i], 9, 16) .. set end
+            remove(refs, old)
+          end
           local st = redis.call('HMGET', KEYS[1], 'epoch', 'gid', 'floor')
           local epoch, gid, floor, reset = st[1], tonumber(st[2]) or 0, tonumber(st[3]) or 0, 0
-          local watermark = tonumber(ARGV[6])
-          if (not epoch and ARGV[5] ~= '') or gid < watermark then
-            epoch = ARGV[8]
-            floor = recover(gid, floor, watermark, tonumber(ARGV[7]), epoch, ARGV[10])
+          local watermark = tonumber(ARGV[2])
+          if (not epoch and ARGV[1] ~= '') or gid < watermark then
+            epoch = ARGV[4]
+            floor = recover(gid, floor, watermark, tonumber(ARGV[3]), epoch, ARGV[6])
             gid = floor
             reset = 1
           elseif not epoch then
-            epoch = ARGV[8]
+            epoch = ARGV[4]
             redis.call('HSET', KEYS[1], 'epoch', epoch)
           end
-          gid = gid + 1
+          local first = gid + 1
+          local out = {epoch, reset, first}
+          local last_of = {}
+          for i = 1, #KEYS - 3 do
+            local a, set = 6 + (i - 1) * 6, KEYS[3 + i]
+            local key, size, slack, trim_first = ARGV[a + 1], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+            gid = gid + 1
+            local mid = redis.call('HINCRBY', KEYS[2], key, 1)
+            if mid <= floor then
+              mid = floor + 1
+              redis.call('HSET', KEYS[2], key, mid)
+            end
+            if trim_first > 0 then trim(set, mid - 1 - trim_first) end
+            local ids = struct.pack('>dd', gid, mid)
+            redis.call('ZADD', set, mid, ids .. ARGV[a + 2])
+            redis.call('ZADD', refs, gid, string.sub(ids, 9, 16) .. set)
+            if mid > size and (mid - size) % (slack + 1) == 0 then trim(set, mid - size) end
+            -- The set lives as long as its longest-lived record (each carries its own expiry, filtered on
+            -- read): a publish with a short max_backlog_age must not expire the others' messages.
+            -- In milliseconds: TTL rounds to whole seconds, which cut a short age by up to half a second.
+            if redis.call('PTTL', set) < tonumber(ARGV[a + 4]) then redis.call('PEXPIRE', set, ARGV[a + 4]) end
+            out[#out + 1] = mid
+            if not last_of[key] then last_of[#last_of + 1] = key end
+            last_of[key] = gid
+          end
           redis.call('HSET', KEYS[1], 'gid', gid)
-          local mid = redis.call('HINCRBY', KEYS[2], ARGV[1], 1)
-          if mid <= floor then
-            mid = floor + 1
-            redis.call('HSET', KEYS[2], ARGV[1], mid)
+          local max_global = tonumber(ARGV[5])
+          local step = math.max(math.floor(max_global / 16), 1)
+          if gid > max_global and math.floor(gid / step) ~= math.floor((first - 1) / step) then
+            redis.call('ZREMRANGEBYSCORE', refs, '-inf', gid - max_global)
           end
-          local rec = struct.pack('>dd', gid, mid) .. ARGV[2]
-          local extra = tonumber(ARGV[12]) > 0 and redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[12]) or 0
-          if extra > 0 then
-            local old = redis.call('ZRANGE', KEYS[3], 0, extra - 1)
-            redis.call('ZREMRANGEBYRANK', KEYS[3], 0, extra - 1)
-            remove(KEYS[4], old)
+          for i = 1, #last_of do
+            local key = last_of[i]
+            redis.call('PUBLISH', ARGV[6], string.format('%d', last_of[key]) .. ',' .. key)
           end
-          redis.call('ZADD', KEYS[3], mid, rec)
-          redis.call('ZADD', KEYS[4], gid, rec)
-          local over = redis.call('ZCARD', KEYS[3]) - tonumber(ARGV[3])
-          if over > tonumber(ARGV[11]) then
-            local old = redis.call('ZRANGE', KEYS[3], 0, over - 1)
-            redis.call('ZREMRANGEBYRANK', KEYS[3], 0, over - 1)
-            remove(KEYS[4], old)
+          return out
+        LUA
+
+        # KEYS refs; ARGV after_global_id limit. The records of the next `limit` references, oldest first,
+        # skipping references whose record is gone (its channel expired). Returns {references_read,
+        # global_id_of_the_last_one_read, record ...}.
+        GLOBAL = script(<<~LUA)
+          local found = redis.call('ZRANGE', KEYS[1], '(' .. ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, ARGV[2], 'WITHSCORES')
+          local out = {#found / 2, 0}
+          for i = 1, #found, 2 do
+            local ref = found[i]
+            local mid = struct.unpack('>d', ref)
+            local rec = redis.call('ZRANGE', string.sub(ref, 9), mid, mid, 'BYSCORE')
+            if rec[1] then out[#out + 1] = rec[1] end
+            out[2] = found[i + 1]
           end
-          -- The set lives as long as its longest-lived record (each carries its own expiry, filtered on
-          -- read): a publish with a short max_backlog_age must not expire the others' messages.
-          -- In milliseconds: TTL rounds to whole seconds, which cut a short age by up to half a second.
-          if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[4]) then redis.call('PEXPIRE', KEYS[3], ARGV[4]) end
-          over = redis.call('ZCARD', KEYS[4]) - tonumber(ARGV[9])
-          if over > tonumber(ARGV[9]) / 16 then redis.call('ZREMRANGEBYRANK', KEYS[4], 0, over - 1) end
-          redis.call('PUBLISH', ARGV[10], string.format('%d', gid) .. ',' .. ARGV[1])
-          return {gid, mid, epoch, reset}
+          return out
         LUA
 
         # KEYS meta; ARGV known_epoch watermark clock new_epoch wake_channel. Recovers when the store was

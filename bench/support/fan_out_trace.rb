@@ -1,0 +1,63 @@
+# frozen_string_literal: true
+
+require "json"
+
+module Bench
+  # Server-side timing of Herald's fan-out (Herald::Rack::Reactor#trace), for bench/http_latency_bench.rb.
+  # The publish route stamps the server's wall clock into the message ("st", see test/support/http_server.rb);
+  # the reactor calls #wrote after each shared reply it hands the kernel, and once the bookkeeping is done
+  # the recorder appends one JSON line to DIR/fan-out-PID.jsonl: the stamp and every write's time. Clocks
+  # are CLOCK_REALTIME, so a worker process that did not take the publish request measures from the same stamp.
+  class FanOutTrace
+    def initialize(dir) = @path = File.join(dir, "fan-out-#{Process.pid}.jsonl")
+
+    def start(msg) = Recorder.new(msg, @path)
+
+    class Recorder
+      def initialize(msg, path)
+        @msg = msg
+        @path = path
+        @writes = []
+        @cpu = [cpu]
+        @objects = [GC.stat(:total_allocated_objects)]
+        @started = now
+      end
+
+      def wrote = @writes << now
+
+      def written(count)
+        @last = now
+        @count = count
+        @cpu << cpu
+        @objects << GC.stat(:total_allocated_objects)
+      end
+
+      # Everything below runs after the fan-out, so it is not part of the figures.
+      def done
+        finished = now
+        @cpu << cpu
+        @objects << GC.stat(:total_allocated_objects)
+        data = @msg.data
+        stamp = data.is_a?(Hash) && data["st"] or return
+        line = JSON.generate("pid" => Process.pid, "global_id" => @msg.global_id, "st" => stamp,
+          "started" => @started, "last_write" => @last, "done" => finished, "writes" => @writes,
+          "answered" => @count, "cpu" => @cpu, "objects" => @objects)
+        File.open(@path, "a") { |f| f.write(line, "\n") }
+      end
+
+      def now = Process.clock_gettime(Process::CLOCK_REALTIME)
+
+      # The reactor thread's own CPU time: what the fan-out costs whatever else runs on the machine.
+      def cpu = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+    end
+
+    # Every recorded fan-out in dir, {global_id => [records of each process]}; the files are emptied.
+    def self.collect(dir)
+      Dir[File.join(dir, "fan-out-*.jsonl")].flat_map do |path|
+        lines = File.readlines(path)
+        File.write(path, "")
+        lines.map { |line| JSON.parse(line) }
+      end.group_by { |r| r["global_id"] }
+    end
+  end
+end

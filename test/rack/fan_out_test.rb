@@ -1,0 +1,81 @@
+# frozen_string_literal: true
+
+require_relative "rack_helper"
+require "msgpack"
+
+# The event loop's fast path (Reactor#fan_out_one): one message to many parked hijacked long polls, each
+# written the message's shared reply for its own extra-header set before any bookkeeping. Targeted messages
+# and per-client extra headers (more distinct sets than Wire caches) must never hand one client's bytes to
+# another, and the readers that are not plain JSON long polls (streams, MessagePack) still get theirs.
+class FanOutTest < Minitest::Test
+  include Herald::RackHelpers
+
+  Server = Herald::PumaServer
+  ORIGINS = 12 # more header sets than Wire::HEADER_SETS keeps
+  POLLS = 36
+  DATA = "héllo 🎉 \u0000 \"quoted\" \\ end"
+
+  def setup
+    super
+    @mw = middleware(long_polling_interval: 10,
+      user_id_lookup: ->(env) { env["HTTP_X_USER"]&.to_i },
+      extra_response_headers_lookup: ->(env) { {"Access-Control-Allow-Origin" => env["HTTP_X_ORIGIN"]} })
+    @server = puma(@mw)
+  end
+
+  def test_targeted_message_and_header_sets_never_cross
+    polls = Array.new(POLLS) { |i| [i, park(i)] }
+    stream = @server.request({"/chat" => nil}, client: "stream", headers: {"X-User" => "1", "X-Origin" => "https://stream.test"})
+    packed = park(POLLS, user: 1, accept: Herald::Rack::Middleware::MSGPACK_TYPE)
+    parked(@mw, POLLS + 2)
+
+    @bus.publish("/chat", DATA, user_ids: [1]) # users are i % 3: a third of the polls, the stream, the packed poll
+    polls.each do |i, socket|
+      next unless i % 3 == 1
+      status, headers, body = Server.read(socket)
+      assert_equal 200, status
+      assert_equal [origin(i)], headers.filter_map { |k, v| v if k == "access-control-allow-origin" }, "client #{i}"
+      assert_equal [DATA], ids(JSON.parse(body.force_encoding(Encoding::UTF_8))), "client #{i}"
+    end
+    assert_equal [DATA], MessagePack.unpack(Server.read(packed)[2]).map { |m| m["data"] }
+    assert_includes Server.read_until(stream, "\\u0000").b, "access-control-allow-origin: https://stream.test\r\n"
+    parked(@mw, POLLS - POLLS / 3 + 1)
+
+    @bus.publish("/chat", "for everyone")
+    polls.each do |i, socket|
+      next if i % 3 == 1
+      _, headers, body = Server.read(socket)
+      assert_equal [origin(i)], headers.filter_map { |k, v| v if k == "access-control-allow-origin" }, "client #{i}"
+      assert_equal ["for everyone"], ids(JSON.parse(body)), "client #{i}: the targeted message must not reach it"
+    end
+    assert_includes Server.read_until(stream, "for everyone"), "for everyone"
+    parked(@mw, 1)
+  ensure
+    stream&.close
+  end
+
+  # Answered polls are unindexed after the writes: the next message finds none of them, and a client that
+  # polls again at once (the JS client's next poll) is parked under the same id and gets the next message.
+  def test_answered_polls_are_forgotten_and_can_park_again
+    sockets = Array.new(20) { |i| park(i) }
+    parked(@mw, 20)
+    @bus.publish("/chat", "one")
+    sockets.each { |s| assert_equal ["one"], ids(JSON.parse(Server.read(s)[2])) }
+    parked(@mw, 0)
+    again = Array.new(20) { |i| park(i, from: @bus.last_id("/chat")) }
+    parked(@mw, 20)
+    @bus.publish("/chat", "two")
+    again.each { |s| assert_equal ["two"], ids(JSON.parse(Server.read(s)[2])) }
+    parked(@mw, 0)
+  end
+
+  private
+
+  def origin(i) = "https://o#{i % ORIGINS}.test"
+
+  def park(i, user: i % 3, accept: nil, from: nil)
+    headers = {"Dont-Chunk" => "t", "X-User" => user.to_s, "X-Origin" => origin(i)}
+    headers["Accept"] = accept if accept
+    @server.request({"/chat" => from}, client: "c#{i}", headers: headers)
+  end
+end
