@@ -31,7 +31,7 @@ Dir.mktmpdir("herald-bench") do |tmp|
   Bench.section("Publish (fsync :interval or none)",
     note: "One thread. message_bus backend `publish` gets the already-encoded envelope; the other rows encode the data too. " \
       "The Rage-style log writes into Ruby's own IO buffer (a syscall every ~8 KB; kill -9 loses the buffer); Herald's log " \
-      "hands every record to the OS before publish returns (flock, fstat, pwrite, flock: 4 syscalls a publish).") do |s|
+      "hands every record to the OS before publish returns (one pwrite a publish while it keeps the write lock: docs/log.md).") do |s|
     s.measure("message_bus memory backend publish", ops: N, baseline: true) { |n| n.times { mb_backend.publish(CHANNEL, envelope) } }
     s.measure("message_bus MessageBus#publish (memory)", ops: N) { |n| n.times { mb.publish(CHANNEL, DATA) } }
     s.measure("Rage-style append (Marshal + CRC32 hex line)", ops: N) { |n| n.times { rage.add(DATA) } }

@@ -391,6 +391,7 @@ export class Herald {
     } finally {
       clearTimeout(timer);
       this.abort = null;
+      this.decoder.release?.(); // the decoder would keep the last body's bytes alive between requests
     }
   }
 

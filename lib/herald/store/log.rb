@@ -21,6 +21,7 @@ module Herald
     class Log
       include Recovery
       include GroupCommit
+      include WriteLease
       include Cursors
 
       DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -57,25 +58,36 @@ module Herald
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
         Store.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
         reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
-        if @fsync == :always
-          return commit_durably([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
+        # Alone (no batch being written, none queued): write it straight away, as a batch of one without
+        # the queue's allocations. Otherwise, and always with fsync :always (an appender that waited for
+        # its own fsync must not then wait for the next batch's), join the queue (GroupCommit).
+        @commit_mutex.lock
+        if @committing || !@commit_queue.empty? || @fsync == :always
+          @commit_mutex.unlock
+          return commit_grouped([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
             max_backlog_size, max_backlog_age])
         end
-        msg = @lock.synchronize do
-          writable!
-          locked do
-            prepare_append
-            reserve(@index.last_global_id + 1)
-            key = site_id ? Store.channel_key(channel, site_id) : channel
-            ch = @index.channel(key)
-            retention = retention_for(ch, max_backlog_size, max_backlog_age)
-            m = stage(@buffer, ch, 0, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
-            storing { @segments.last.write(@buffer) }
-            @syncer.written
-            @index.add(m, key, retention)
-            @appended.broadcast
-            m
+        @committing = true
+        @commit_mutex.unlock
+        begin
+          msg = @lock.synchronize do
+            writable!
+            locked do
+              prepare_append
+              reserve(@index.last_global_id + 1)
+              key = site_id ? Store.channel_key(channel, site_id) : channel
+              ch = @index.channel(key)
+              retention = retention_for(ch, max_backlog_size, max_backlog_age)
+              m = stage(@buffer, ch, 0, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
+              storing { @segments.last.write(@buffer) }
+              @syncer.written
+              @index.add(m, key, retention)
+              @appended.broadcast
+              m
+            end
           end
+        ensure
+          @commit_mutex.synchronize { end_direct_commit }
         end
         @wakeup.notify
         msg
@@ -120,6 +132,7 @@ module Herald
         final_sync
         release_ids
         @segments.each(&:close)
+        @lock.synchronize { drop_lease } if @write_lock # a forked child may share the descriptor: closing is not enough
         @write_lock&.close
       end
 
@@ -132,13 +145,6 @@ module Herald
         @lock.synchronize { yield }
       end
 
-      def locked
-        @write_lock.flock(File::LOCK_EX)
-        yield
-      ensure
-        @write_lock.flock(File::LOCK_UN)
-      end
-
       def writable!
         raise ClosedError, "store is closed" if @closed
         @syncer.check!
@@ -148,10 +154,12 @@ module Herald
       end
 
       # Catches up with other processes' appends (and cuts a dead writer's torn tail), then rolls to a
-      # new segment when the active one is full. Under the write lock.
+      # new segment when the active one is full. Under the write lock. Only a lease just taken can find
+      # others' appends (WriteLease): while it is kept, nobody else writes, and the size is not asked.
       def prepare_append
         segment = @segments.last
-        catch_up(locked: true) if segment.unread? || segment.size >= @segment_bytes
+        catch_up(locked: true) if (@lease_fresh && segment.unread?) || segment.size >= @segment_bytes
+        @lease_fresh = false
         roll if @segments.last.size >= @segment_bytes
       end
 

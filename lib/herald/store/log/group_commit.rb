@@ -3,10 +3,12 @@
 module Herald
   module Store
     class Log
-      # fsync: :always with group commit. Appenders queue their records; one of them (the leader) takes the
-      # whole queue, writes it with one write and one fdatasync under one lock, and hands every appender
-      # its message. While the leader waits for the disk the next batch queues up, so N concurrent
-      # appenders share fsyncs instead of paying one each (and make no syscalls of their own).
+      # Every append goes through here. Appenders queue their records; one of them (the leader) takes the
+      # whole queue, writes it with one write under one lock (and, with fsync :always, one fdatasync), and
+      # hands every appender its message. While the leader writes (or waits for the disk) the next batch
+      # queues up, so N concurrent appenders share writes and fsyncs instead of paying one each (and make
+      # no syscalls of their own, nor hand Ruby's GVL around once per record). One thread alone leads
+      # every batch of one, and waits for nobody.
       module GroupCommit
         Pending = Struct.new(:request, :message, :error, :done)
         GATHER = 0.0005
@@ -25,7 +27,7 @@ module Herald
         end
 
         # request: [channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age]
-        def commit_durably(request)
+        def commit_grouped(request)
           pending = Pending.new(request)
           @commit_mutex.synchronize do
             @commit_queue << pending
@@ -39,6 +41,14 @@ module Herald
           end
           raise pending.error if pending.error
           pending.message
+        end
+
+        # After an append written straight away (Log#append), with @commit_mutex held: what queued
+        # meanwhile is written now, by this thread, which is running already.
+        def end_direct_commit
+          @committing = false
+          lead_commit while !@committing && !@commit_queue.empty?
+          @commit_cond.broadcast
         end
 
         # Runs with @commit_mutex held; writes and syncs without it so the next batch can queue.
@@ -62,9 +72,10 @@ module Herald
         end
 
         # When the last batch was shared, waits (at most GATHER) for as many appenders as it had: the ones
-        # it released are on their way back with their next record.
+        # it released are on their way back with their next record. Only for fsync :always: an fsync is
+        # worth waiting for, a write is not.
         def gather
-          return if @last_batch <= 1
+          return if @last_batch <= 1 || @fsync != :always
           deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + GATHER
           while @commit_queue.size < @last_batch
             left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
@@ -78,7 +89,7 @@ module Herald
             writable!
             locked { write_batch(batch) }
           end
-          @syncer.sync_now(segment)
+          @syncer.sync_now(segment) if @fsync == :always
           @wakeup.notify
         end
 
@@ -102,6 +113,7 @@ module Herald
             [p.message, key, retention]
           end
           storing { @segments.last.write(@batch_buffer) }
+          @syncer.written
           staged.each { |msg, key, retention| @index.add(msg, key, retention) }
           @appended.broadcast
           @segments.last

@@ -32,7 +32,8 @@ module Herald
         TARGETS_AT = 24 # offsets in the payload
         CREATED_AT = 28
         RETENTION_AT = 36
-        LAYOUT = "L<L<Q<Q<Q<L<EL<E" # frame + header, packed in one go at append
+        HEADER_LAYOUT = "Q<Q<Q<L<EL<E"
+        NO_FRAME = ("\0" * FRAME_SIZE).b.freeze # its place, filled once the CRC is known
         # A length beyond this is damage, not a record (records this big do not belong on a message bus).
         MAX_PAYLOAD = 256 * 1024 * 1024
         RETENTION = "L<E"
@@ -44,35 +45,46 @@ module Herald
 
         module_function
 
-        # Builds the whole frame into `buffer` (cleared first) and returns it.
+        # Builds the whole frame into `buffer` (cleared first) and returns it. The CRC is summed piece by
+        # piece (header, channel, site, targets, data) as the pieces go in, with the header packed into a
+        # scratch string of the thread's: no slice of the buffer is made (a publish allocates the packed
+        # fields' Array and nothing else here).
         def encode(buffer, global_id, message_id, channel, site_id, payload, codec_id, created_at,
           targets, max_size, max_age)
           site = site_id ? site_id.to_s : EMPTY
           targets = targets ? MessagePack.pack(targets) : EMPTY
           raise ArgumentError, "channel and site_id must be shorter than 64 KiB" if channel.bytesize > 0xffff || site.bytesize > 0xffff
           length = HEADER_SIZE + channel.bytesize + site.bytesize + targets.bytesize + payload.bytesize
-          buffer.clear
           flags = ((max_size || max_age) ? HAS_RETENTION : 0) | (site_id ? HAS_SITE : 0)
           short_targets = (targets.bytesize < 0xffff) ? targets.bytesize : 0xffff # 0xffff: read the u32 field
           word = codec_id | (flags << 8) | (channel.bytesize << 16) | (site.bytesize << 32) | (short_targets << 48)
-          [length, 0, global_id, message_id, word, targets.bytesize, created_at, max_size || 0,
-            max_age || 0.0].pack(LAYOUT, buffer: buffer)
-          append(buffer, channel)
-          append(buffer, site) unless site.empty?
-          buffer << targets unless targets.empty?
-          append(buffer, payload)
-          crc = Zlib.crc32(buffer.byteslice(FRAME_SIZE, length))
-          buffer.setbyte(4, crc & 0xff) # the CRC goes into the frame in place: no second buffer
-          buffer.setbyte(5, (crc >> 8) & 0xff)
-          buffer.setbyte(6, (crc >> 16) & 0xff)
-          buffer.setbyte(7, crc >> 24)
+          header = (Thread.current[:herald_record_header] ||= String.new(capacity: HEADER_SIZE, encoding: Encoding::BINARY))
+          [global_id, message_id, word, targets.bytesize, created_at, max_size || 0, max_age || 0.0].pack(HEADER_LAYOUT, buffer: header.clear)
+          buffer.clear
+          buffer << NO_FRAME << header
+          crc = Zlib.crc32(header)
+          crc = append(buffer, channel, crc)
+          crc = append(buffer, site, crc) unless site.empty?
+          crc = append(buffer, targets, crc) unless targets.empty?
+          crc = append(buffer, payload, crc)
+          put32(buffer, 0, length) # the frame goes in place: no second buffer
+          put32(buffer, 4, crc)
           buffer
         end
 
-        # Appends the bytes of `str` to the binary buffer. A String with non-ASCII characters in another
-        # encoding (UTF-8 text) cannot be concatenated to binary bytes as is; its binary copy can.
-        def append(buffer, str)
+        def put32(buffer, at, value)
+          buffer.setbyte(at, value & 0xff)
+          buffer.setbyte(at + 1, (value >> 8) & 0xff)
+          buffer.setbyte(at + 2, (value >> 16) & 0xff)
+          buffer.setbyte(at + 3, value >> 24)
+        end
+
+        # Appends the bytes of `str` to the binary buffer and returns the CRC carried on over them. A String
+        # with non-ASCII characters in another encoding (UTF-8 text) cannot be concatenated to binary bytes
+        # as is; its binary copy can.
+        def append(buffer, str, crc)
           buffer << ((str.ascii_only? || str.encoding == Encoding::BINARY) ? str : str.b)
+          Zlib.crc32(str, crc)
         end
 
         # What a frame at `pos` of `buffer` (holding bytes up to `limit`) is:

@@ -21,11 +21,15 @@ module Herald
           @write_lock = @directory.writable ? @directory.open_lock : nil
           @reservation = @write_lock && Reservation.new(@directory)
           @channel_floor = 0
+          @wakeup = nil
+          start_write_lease
           recover_or_let_go
           @syncer = Syncer.new(@fsync) { @segments.last }
           start_group_commit
-          @wakeup = Wakeup.new(@directory.join("wakeup")) { refresh }
+          @wakeup = new_wakeup
         end
+
+        def new_wakeup = Wakeup.new(@directory.join("wakeup"), on_lease_request: method(:give_lease)) { refresh }
 
         # In a forked child (a Puma worker of a preloading master): the parent's descriptors, locks and
         # threads are not ours. The index is (copy-on-write memory, same records as on disk), so keep it
@@ -37,6 +41,10 @@ module Herald
             @lock = Monitor.new
             @appended = @lock.new_cond
             return if @closed
+            # The inherited descriptor shares the parent's flock (its lease): closing our copy leaves the
+            # parent's alone, and keeps a dead parent's lease from outliving it in us.
+            @write_lock&.close
+            start_write_lease
             @write_lock = @directory.writable ? @directory.open_lock : nil
             @reservation&.reopen
             gone = @segments.reject { |segment| segment.reopen(writable: !@write_lock.nil?) }
@@ -45,7 +53,7 @@ module Herald
             return open if @segments.empty?
             @syncer = Syncer.new(@fsync) { @segments.last }
             start_group_commit
-            @wakeup = Wakeup.new(@directory.join("wakeup")) { refresh }
+            @wakeup = new_wakeup
           end
         end
 

@@ -12,17 +12,43 @@ module Herald
       # named after the directory's device and inode: no 108-byte path limit, nothing left on disk by a
       # killed process but its marker, which the first writer to get ECONNREFUSED removes.
       # When no marker can be written (read-only directory), the listener polls every POLL seconds.
+      # The same sockets carry requests for the write lock (WriteLease): a LEASE byte instead of a poke.
       class Wakeup
         POLL = 0.5
         PEERS_TTL = 0.25 # how long the list of peer sockets is trusted before the directory is read again
+        POKE = "."
+        LEASE = "L"
         @count = 0
         class << self
           attr_accessor :count
         end
 
-        def initialize(dir, &on_wake)
+        # Asks every open store of the directory but `except` for the write lock (WriteLease): the one
+        # holding it gives it up. From a socket of its own: the asker may have no Wakeup yet (opening).
+        def self.ask_for_lease(dir, except: nil)
+          stat = File.stat(dir)
+          prefix = "\0herald-#{stat.dev.to_s(16)}-#{stat.ino.to_s(16)}-"
+          own = except&.name
+          Socket.new(:UNIX, :DGRAM).then do |sender|
+            Dir.children(dir).each do |name|
+              next if name == own || !name.end_with?(".sock")
+              sender.sendmsg_nonblock(LEASE, 0, Socket.sockaddr_un(prefix + name), exception: false)
+            rescue SystemCallError
+              nil # a dead store's marker: its writer removes it
+            end
+          ensure
+            sender.close
+          end
+        rescue SystemCallError
+          nil # no wakeup directory: nobody to ask, the asker keeps polling the lock
+        end
+
+        attr_reader :name
+
+        def initialize(dir, on_lease_request: nil, &on_wake)
           @dir = dir
           @on_wake = on_wake
+          @on_lease_request = on_lease_request
           Wakeup.count += 1
           @name = "#{Process.pid}-#{Wakeup.count}.sock"
           @socket = bind
@@ -39,7 +65,7 @@ module Herald
           refresh_peers
           dead = nil
           @peers.each do |name, addr|
-            @sender.sendmsg_nonblock(".", 0, addr, exception: false)
+            @sender.sendmsg_nonblock(POKE, 0, addr, exception: false)
           rescue Errno::ECONNREFUSED, Errno::ENOENT
             (dead ||= []) << name
           rescue SystemCallError
@@ -47,6 +73,10 @@ module Herald
           end
           dead&.each { |name| forget(name) }
         end
+
+        # True while this process listens (asked-for leases are heard): false without a socket, and in a
+        # forked child holding its parent's Wakeup (the thread did not survive the fork).
+        def listening? = !@socket.nil? && @thread.alive?
 
         def close
           @thread.kill
@@ -75,20 +105,24 @@ module Herald
 
         def listen
           loop do
+            asked = false
             if @socket
               IO.select([@socket], nil, nil, POLL)
-              nil while @socket.recv_nonblock(64, exception: false).is_a?(String)
+              while (data = @socket.recv_nonblock(64, exception: false)).is_a?(String)
+                asked ||= data == LEASE
+              end
             else
               sleep POLL
             end
-            wake
+            call(@on_lease_request) if asked && @on_lease_request # first: a writer waits for it
+            call(@on_wake)
           end
         rescue IOError
           nil # closed
         end
 
-        def wake
-          @on_wake.call
+        def call(callback)
+          callback.call
         rescue => e
           Herald.logger.warn "log reader failed: #{e.class}: #{e.message}"
           sleep POLL

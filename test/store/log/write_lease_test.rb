@@ -1,0 +1,106 @@
+# frozen_string_literal: true
+
+require_relative "../../test_helper"
+
+# The write lock kept between appends (Log::WriteLease): held while nobody else wants it, given up when
+# another store asks, never outliving its holder.
+class LogWriteLeaseTest < Minitest::Test
+  def setup
+    @dir = Dir.mktmpdir("herald-lease")
+  end
+
+  def teardown
+    @stores&.each(&:close)
+    FileUtils.rm_rf(@dir)
+  end
+
+  # The store keeps LOCK between appends (no flock, fstat, flock per publish), and gives it up when asked.
+  def test_the_lock_is_kept_between_appends_and_given_up_when_asked
+    store = open_store
+    append(store, "/a", "é🎉\0")
+    other = File.new(File.join(@dir, "LOCK"), File::RDWR)
+    refute other.flock(File::LOCK_EX | File::LOCK_NB), "the store dropped the lock after its append"
+    Herald::Store::Log::Wakeup.ask_for_lease(File.join(@dir, "wakeup"))
+    eventually(timeout: 2, message: "the lease was not given up") { other.flock(File::LOCK_EX | File::LOCK_NB) }
+    # Someone else wrote meanwhile (a record only this process's second store knows of): the next append
+    # takes the lock back, reads what was appended, and carries on with the next ids.
+    other.flock(File::LOCK_UN)
+    twin = open_store
+    assert_equal 2, append(twin, "/a", "twin").message_id
+    assert_equal [3, 3], append(store, "/a", "back").then { |m| [m.global_id, m.message_id] }
+    assert_equal ["é🎉\0", "twin", "back"], open_store.backlog("/a", 0).map(&:data)
+  ensure
+    other&.close
+  end
+
+  # A writer publishing as fast as it can does not starve a writer in another process: the lease
+  # changes hands, ids stay dense and in order.
+  def test_a_busy_writer_does_not_starve_another_process
+    busy = open_store
+    stop = false
+    thread = Thread.new { append(busy, "/busy", 1) until stop }
+    sleep 0.05
+    r, w = IO.pipe
+    pid = fork do
+      r.close
+      store = Herald::Store::Log.new(dir: @dir, fsync: :never, max_backlog_size: 100_000)
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      ids = Array.new(50) { |i| append(store, "/other", i).message_id }
+      w.puts [ids.join(","), Process.clock_gettime(Process::CLOCK_MONOTONIC) - started].join(" ")
+      store.close
+      exit!(0)
+    end
+    w.close
+    line = Timeout.timeout(30) { r.gets }
+    Process.wait(pid)
+    stop = true
+    thread.join
+    ids, took = line.split
+    assert_equal (1..50).to_a, ids.split(",").map(&:to_i)
+    assert_operator took.to_f, :<, 10, "50 publishes took #{took} s beside a busy writer"
+    fresh = open_store
+    all = fresh.global_backlog(0)
+    assert_equal (1..all.size).to_a, all.map(&:global_id)
+    assert_equal (1..fresh.last_id("/busy")).to_a, fresh.backlog("/busy", 0).map(&:message_id)
+  ensure
+    stop = true
+    r&.close
+  end
+
+  # A forked child shares its parent's descriptor of LOCK, and with it the parent's lease: killed, the
+  # parent must not leave its lease alive in the child.
+  def test_a_killed_parent_does_not_leave_its_lease_in_its_child
+    r, w = IO.pipe
+    go_r, go_w = IO.pipe
+    parent = fork do
+      r.close
+      go_w.close
+      store = Herald::Store::Log.new(dir: @dir, fsync: :never)
+      append(store, "/p", "parent")
+      child = fork do
+        go_r.read(1) # the parent is dead by now
+        GC.disable # a collected File closes its descriptor: the test must not pass by that luck
+        w.puts append(store, "/p", "child").message_id
+        exit!(0)
+      end
+      w.puts child
+      sleep
+    end
+    w.close
+    go_r.close
+    child = Integer(r.gets)
+    Process.kill(:KILL, parent)
+    Process.wait(parent)
+    go_w.write("x")
+    go_w.close
+    assert_equal "2", Timeout.timeout(10) { r.gets }&.chomp, "the child could not take the lock"
+  ensure
+    [parent, child].compact.each { |pid| Process.kill(:KILL, pid) rescue nil } # standard:disable Style/RescueModifier
+  end
+
+  private
+
+  def open_store = Herald::Store::Log.new(dir: @dir, fsync: :never, max_backlog_size: 100_000).tap { |s| (@stores ||= []) << s }
+
+  def append(store, channel, data) = store.append(channel, json_codec.encode(data), codec: json_codec)
+end
