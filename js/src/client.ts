@@ -44,7 +44,7 @@ export interface HeraldOptions {
   retryBestAfter?: number;
   /** Reconnect backoff (full jitter): `{ base: 500, cap: 30000 }` ms by default. */
   backoff?: BackoffOptions;
-  /** Called when the server's ids went backwards on a channel (its store was reset). */
+  /** Called when the server's store was reset: its ids went backwards on a channel, or its epoch changed. */
   onReset?: (event: ResetEvent) => void;
   /** Called for failed requests and throwing callbacks (default: console.warn / console.error). */
   onError?: (error: unknown) => void;
@@ -71,6 +71,7 @@ type Outcome =
   | { kind: "interrupted" }; // aborted on purpose: subscriptions changed, stop, offline, visible again
 
 const MSGPACK = "application/vnd.msgpack";
+const EPOCH_HEADER = "herald-epoch"; // Herald's store epoch, on its MessagePack replies
 const MIN_INTERVAL = 100; // ms between requests when the last one answered at once
 
 function randomId(): string {
@@ -165,6 +166,11 @@ export class Herald {
     const out: Record<string, number> = {};
     for (const sub of this.subs.list()) out[sub.channel] = this.subs.position(sub.channel);
     return out;
+  }
+
+  /** The server store's epoch as last seen (Herald names it in its MessagePack replies), or null. */
+  get epoch(): string | null {
+    return this.subs.epoch;
   }
 
   get status(): Status {
@@ -362,6 +368,11 @@ export class Herald {
         await response.body?.cancel().catch(() => {});
         return { kind: "failed", error: new Error(`HTTP ${response.status} from ${this.url()}`) };
       }
+      if (!this.subs.checkEpoch(response.headers.get(EPOCH_HEADER))) {
+        // Another store answers (wiped, flushed, replaced): ask again at once from its position.
+        await response.body?.cancel().catch(() => {});
+        return { kind: "done", delay: 0 };
+      }
       let received = 0;
       const reader = readerFor(response.headers.get("content-type"), (m) => {
         received++;
@@ -391,6 +402,7 @@ export class Herald {
     } finally {
       clearTimeout(timer);
       this.abort = null;
+      this.decoder.release?.(); // the decoder would keep the last body's bytes alive between requests
     }
   }
 

@@ -1,8 +1,10 @@
 // A MessagePack decoder, decode-only, for what Herald sends: a stream of arrays of message maps.
 // It is small (about 1.3 KB gzip) and decodes one value at a time from any offset, so the stream reader
 // can hand each message of a 250,000-message backlog to its callbacks while the rest is still arriving.
-// What keeps it fast, each measured (bench/js_client/README.md): one reused instance, short strings
-// decoded in JavaScript and long ones with TextDecoder, and a cache of short map keys.
+// What keeps it fast in Chromium, each measured (bench/js_client/RESULTS.md): one reused instance; ASCII
+// strings cut out of one Latin-1 reading of the bytes around them (no per-string decoding call, no
+// garbage); other short strings decoded in JavaScript into a reused array, long ones with TextDecoder;
+// a cache of short map keys; maps built by a constructor, so that V8 keeps all their properties inline.
 
 /** Returned by {@link MessagePackDecoder.decode} when the bytes end before the value does. */
 export const INCOMPLETE: unique symbol = Symbol("incomplete");
@@ -11,10 +13,13 @@ export const INCOMPLETE: unique symbol = Symbol("incomplete");
 export interface MessagePackDecoder {
   /**
    * Decodes the value starting at `offset` in `bytes[0, length)`. Returns it and leaves `end` at the offset
-   * after it, or returns {@link INCOMPLETE} when those bytes hold only a part of the value.
+   * after it, or returns {@link INCOMPLETE} when those bytes hold only a part of the value. Between calls
+   * with the same array, its bytes before `length` must not change (more may be appended).
    */
   decode(bytes: Uint8Array, offset: number, length: number): unknown;
   readonly end: number;
+  /** Drops every reference to the last bytes decoded (called when a response ends). */
+  release?(): void;
 }
 
 /** A MessagePack extension value other than the timestamp (which decodes to a Date). */
@@ -22,9 +27,17 @@ export class ExtValue {
   constructor(readonly type: number, readonly data: Uint8Array) {}
 }
 
-const SHORT_STRING = 48; // bytes; longer strings go through TextDecoder (faster past this length)
+const SHORT_STRING = 200; // bytes; longer non-ASCII strings go through TextDecoder (faster past this length)
+const LATIN_WINDOW = 16384; // bytes read as Latin-1 at a time: what a kept string can keep alive
 const KEY_CACHE_MAX_LENGTH = 16;
 const KEY_CACHE_PER_LENGTH = 16;
+
+// Objects made by a constructor get room for all their properties inside the object (V8's slack tracking),
+// where `{}` has room for four and puts the rest in a separate array. The prototype is Object.prototype:
+// the objects cannot be told apart from literals.
+function PlainObject() {}
+PlainObject.prototype = Object.prototype;
+const newObject = (): Record<string, unknown> => new (PlainObject as unknown as new () => Record<string, unknown>)();
 
 class Incomplete {}
 const MORE = new Incomplete();
@@ -37,11 +50,17 @@ export class Decoder implements MessagePackDecoder {
   private n = 0;
   private text = new TextDecoder("utf-8");
   private keys: Array<Array<{ bytes: Uint8Array; value: string }>> = [];
+  private units: number[] = [];
+  private latin = ""; // bytes [latinStart, latinEnd) of b as Latin-1 text
+  private latinStart = 0;
+  private latinEnd = 0;
+  private latinDecoder = new TextDecoder("latin1");
 
   decode(bytes: Uint8Array, offset: number, length: number = bytes.length): unknown {
     if (bytes !== this.b) {
       this.b = bytes;
       this.v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      this.latinStart = this.latinEnd = 0;
     }
     this.p = offset;
     this.n = length;
@@ -60,6 +79,7 @@ export class Decoder implements MessagePackDecoder {
     if (bytes !== this.b) {
       this.b = bytes;
       this.v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      this.latinStart = this.latinEnd = 0;
     }
     this.p = offset;
     this.n = length;
@@ -70,6 +90,13 @@ export class Decoder implements MessagePackDecoder {
       if (e === MORE) return -1;
       throw e;
     }
+  }
+
+  release(): void {
+    this.b = new Uint8Array(0);
+    this.v = new DataView(this.b.buffer);
+    this.latin = "";
+    this.latinStart = this.latinEnd = 0;
   }
 
   private need(count: number): void {
@@ -129,7 +156,7 @@ export class Decoder implements MessagePackDecoder {
   }
 
   private map(count: number): Record<string, unknown> {
-    const out: Record<string, unknown> = {};
+    const out = newObject();
     for (let i = 0; i < count; i++) {
       const key = this.key();
       const value = this.read();
@@ -173,32 +200,53 @@ export class Decoder implements MessagePackDecoder {
     const start = this.p;
     const end = start + length;
     this.p = end;
+    let i = start;
+    while (i < end && b[i] < 0x80) i++;
+    if (i === end) {
+      // ASCII: a substring of the text around it, read once (V8 makes a longer one a slice of that text,
+      // hence a window rather than the whole body).
+      if (start < this.latinStart || end > this.latinEnd) {
+        this.latinStart = start;
+        this.latinEnd = Math.min(this.n, Math.max(end, start + LATIN_WINDOW));
+        this.latin = this.latinDecoder.decode(b.subarray(start, this.latinEnd));
+      }
+      return this.latin.substring(start - this.latinStart, end - this.latinStart);
+    }
     if (length > SHORT_STRING) return this.text.decode(b.subarray(start, end));
-    // Short strings: plain JavaScript beats TextDecoder's call overhead. Invalid UTF-8 falls back to it
-    // (which substitutes U+FFFD as TextDecoder does everywhere else).
-    let out = "";
+    return this.utf8(start, end);
+  }
+
+  // Short non-ASCII strings: UTF-16 units gathered in a reused array, then one String.fromCharCode (a `+=`
+  // per character made an intermediate string each). Invalid UTF-8 falls back to TextDecoder, which
+  // substitutes U+FFFD as it does everywhere else.
+  private utf8(start: number, end: number): string {
+    const b = this.b;
+    const units = this.units;
+    let n = 0;
     for (let i = start; i < end;) {
       const c = b[i++];
-      if (c < 0x80) { out += String.fromCharCode(c); continue; }
+      if (c < 0x80) { units[n++] = c; continue; }
       if (c >= 0xc2 && c < 0xe0 && i < end && (b[i] & 0xc0) === 0x80) {
-        out += String.fromCharCode(((c & 0x1f) << 6) | (b[i++] & 0x3f));
+        units[n++] = ((c & 0x1f) << 6) | (b[i++] & 0x3f);
         continue;
       }
       if (c >= 0xe0 && c < 0xf0 && i + 1 < end && (b[i] & 0xc0) === 0x80 && (b[i + 1] & 0xc0) === 0x80) {
         const code = ((c & 0x0f) << 12) | ((b[i] & 0x3f) << 6) | (b[i + 1] & 0x3f);
-        if (code >= 0x800 && (code < 0xd800 || code > 0xdfff)) { out += String.fromCharCode(code); i += 2; continue; }
+        if (code >= 0x800 && (code < 0xd800 || code > 0xdfff)) { units[n++] = code; i += 2; continue; }
       } else if (c >= 0xf0 && c < 0xf5 && i + 2 < end && (b[i] & 0xc0) === 0x80 && (b[i + 1] & 0xc0) === 0x80 && (b[i + 2] & 0xc0) === 0x80) {
         const code = ((c & 0x07) << 18) | ((b[i] & 0x3f) << 12) | ((b[i + 1] & 0x3f) << 6) | (b[i + 2] & 0x3f);
         if (code >= 0x10000 && code <= 0x10ffff) {
           const u = code - 0x10000;
-          out += String.fromCharCode(0xd800 | (u >> 10), 0xdc00 | (u & 0x3ff));
+          units[n++] = 0xd800 | (u >> 10);
+          units[n++] = 0xdc00 | (u & 0x3ff);
           i += 3;
           continue;
         }
       }
       return this.text.decode(b.subarray(start, end));
     }
-    return out;
+    units.length = n;
+    return String.fromCharCode.apply(null, units);
   }
 
   private bin(length: number): Uint8Array {

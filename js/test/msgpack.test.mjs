@@ -76,6 +76,13 @@ test("every strict prefix of a value is INCOMPLETE, for decode and skip", () => 
   assert.deepEqual(decoder.decode(bytes, 0, bytes.length), value);
 });
 
+test("ASCII text read again from before the Latin-1 window a failed attempt moved forward", () => {
+  const value = ["a".repeat(10000), "b".repeat(10000), { key: "c".repeat(10000) }];
+  const bytes = encode(value);
+  assert.equal(decoder.decode(bytes, 0, bytes.length - 5), INCOMPLETE);
+  assert.deepEqual(decoder.decode(bytes, 0, bytes.length), value);
+});
+
 test("unknown type bytes are an error, not a hang", () => {
   assert.throws(() => decoder.decode(Uint8Array.of(0xc1), 0, 1), /unknown type byte 0xc1/);
 });

@@ -11,6 +11,7 @@ require "puma/log_writer"
 require_relative "../herald"
 require_relative "server/demo_app"
 require_relative "server/puma_log"
+require_relative "server/workers"
 require_relative "server/reply_cache"
 require_relative "server/front"
 
@@ -46,8 +47,10 @@ module Herald
     # Keyword options other than those below go to Herald::Rack::Middleware (user_id_lookup:,
     # group_ids_lookup:, site_id_lookup:, ...), so an app can embed this server with its own lookups.
     def initialize(host: DEFAULT_HOST, port: DEFAULT_PORT, dir: DEFAULT_DIR, store: nil, bus: nil,
-      threads: DEFAULT_THREADS, log: $stdout, app: nil, max_request_bytes: nil, front: DEFAULT_FRONT, reply_cache: true, **middleware_options)
+      threads: DEFAULT_THREADS, log: $stdout, app: nil, max_request_bytes: nil, front: DEFAULT_FRONT, reply_cache: true,
+      reuse_port: false, **middleware_options)
       @host = host
+      @reuse_port = reuse_port # SO_REUSEPORT: worker processes each listen on the same port (Server.reuse_port_listener)
       @front = front
       @reply_cache = reply_cache
       @port = port
@@ -77,12 +80,31 @@ module Herald
     end
 
     # One Puma configuration for `herald server` and for the peers it is measured against (bench/).
-    def self.build_puma(app, host:, port:, threads:, max_request_bytes: DEFAULT_MAX_REQUEST_BYTES)
+    def self.build_puma(app, host:, port:, threads:, max_request_bytes: DEFAULT_MAX_REQUEST_BYTES, reuse_port: false)
       puma = Puma::Server.new(app, nil,
         min_threads: threads, max_threads: threads, log_writer: PumaLog.new, lowlevel_error_handler: LOWLEVEL_ERROR,
         environment: "production", queue_requests: true, http_content_length_limit: max_request_bytes)
-      puma.add_tcp_listener(host, port, true, 1024)
+      if reuse_port
+        puma.binder.inherit_tcp_listener(host, port, reuse_port_listener(host, port))
+      else
+        puma.add_tcp_listener(host, port, true, 1024)
+      end
       puma
+    end
+
+    # A listening socket with SO_REUSEPORT: several processes bind the same port and the kernel spreads new
+    # connections over them by address hash, so worker processes share the parked clients evenly (a shared
+    # inherited socket hands them to whichever process wakes first).
+    def self.reuse_port_listener(host, port)
+      address = Addrinfo.tcp(host, port)
+      socket = Socket.new(address.afamily, :STREAM)
+      socket.setsockopt(:SOCKET, :REUSEADDR, true)
+      socket.setsockopt(:SOCKET, :REUSEPORT, true)
+      socket.setsockopt(:TCP, :NODELAY, true)
+      socket.bind(address)
+      socket.listen(1024)
+      socket.autoclose = false
+      TCPServer.for_fd(socket.fileno)
     end
 
     def start
@@ -90,12 +112,12 @@ module Herald
         cache = ReplyCache.new(store: @bus.store, prefix: @middleware.prefix) if @reply_cache
         @server = listen do
           Front.new(app: @middleware, inline: inline_paths, host: @host, port: @port, threads: @threads,
-            max_request_bytes: @max_request_bytes, cache: cache).start
+            max_request_bytes: @max_request_bytes, cache: cache, reuse_port: @reuse_port).start
         end
         @port = @server.port
         @log&.puts "Herald listening on #{url} (Herald's event loop, Puma's parser #{Puma::Const::PUMA_VERSION}, #{@threads} app threads)"
       else
-        @puma = listen { Server.build_puma(@middleware, host: @host, port: @port, threads: @threads, max_request_bytes: @max_request_bytes) }
+        @puma = listen { Server.build_puma(@middleware, host: @host, port: @port, threads: @threads, max_request_bytes: @max_request_bytes, reuse_port: @reuse_port) }
         @port = @puma.connected_ports.first
         @thread = @puma.run
         @log&.puts "Herald listening on #{url} (Puma #{Puma::Const::PUMA_VERSION}, #{@threads} threads)"
@@ -129,8 +151,12 @@ module Herald
 
     private
 
-    # Message-bus requests (not herald.js, a file the thread pool serves as well) run on the event loop.
+    # Message-bus requests (not herald.js, a file the thread pool serves as well) run on the event loop when
+    # the store answers from this process's memory (the log, Memory): a poll is then a few microseconds of
+    # Ruby. With a networked store (Redis, PostgreSQL) a poll waits for a round trip, so polls run on the
+    # thread pool, which waits for several at once, and the loop only reads and writes.
     def inline_paths
+      return ->(_path) { false } unless @bus.store.is_a?(Store::Log) || @bus.store.is_a?(Store::Memory)
       prefix = @middleware.prefix
       script = "#{prefix}herald.js"
       ->(path) { path.start_with?(prefix) && path != script }

@@ -67,6 +67,12 @@ class RailsAppTest < Minitest::Test
     assert handled.all? { |l| l.split[3] == "é" }
     workers = puma_workers(puma_log)
     assert_empty handled.map { |l| Integer(l.split[0]) }.uniq - workers, "handled in Puma's workers only (#{workers})"
+    # ActiveSupport::Notifications (the fixture's initializer writes each *.herald event as a JSON line).
+    notes = File.readlines(File.join(app, "log", "herald_notifications.txt")).map { |l| JSON.parse(l) }
+    assert notes.any? { |n| n["name"] == "publish_message.herald" && n["channel"] == "/chat" && n["global_id"] }, "the runner's publish"
+    assert notes.any? { |n| n["name"] == "poll.herald" && n["status"] == 200 && workers.include?(n["pid"]) }, "the workers' polls"
+    assert notes.any? { |n| n["name"] == "deliver.herald" && n["messages"] >= 1 }, "a delivery to a parked client"
+    assert notes.any? { |n| n["name"] == "process.herald" && n["subscriber"] == "OrderLogger" }, "the deferred handler calls"
 
     text = File.read(puma_log)
     assert_match(/deferred subscriber OrderLogger failed on \/orders .*first attempt fails \(ü\)/, text, "Herald's warning in the Rails log")

@@ -4,12 +4,13 @@
 # (Herald::Server.build_puma) and the same demo app, in front of either implementation:
 #
 #   ruby test/support/http_server.rb --impl herald|message_bus [--port 0] [--dir DIR] [--store log|memory]
-#     [--threads 5] [--user-cookie NAME] [--max-clients N] [--trace] [--front herald|puma]
+#     [--threads 5] [--user-cookie NAME] [--max-clients N] [--trace] [--workers N] [--front herald|puma]
 #
 # --user-cookie NAME makes the user id the value of cookie NAME: test-only wiring for targeted delivery
 # (a real app derives the user from its session). It prints "listening <port>" once it accepts connections
 # and stops on SIGTERM/SIGINT. --trace (Herald only, for bench/http_latency_bench.rb) records the server-side
-# timing of every fan-out in DIR (bench/support/fan_out_trace.rb). --front (Herald only): Herald's own front
+# timing of every fan-out in DIR (bench/support/fan_out_trace.rb). --workers N (Herald only): N server
+# processes on one port, as `herald server --workers N` (Herald::Server::Workers). --front (Herald only): Herald's own front
 # end (Herald::Server::Front, as `herald server`) or Puma in front of the middleware (how an app embeds Herald,
 # the default here); HERALD_TEST_FRONT=herald|puma sets the default (bin/test runs the browser tests with herald).
 # --no-reply-cache: herald server's front end without its ReplyCache (benchmarks).
@@ -21,7 +22,7 @@ require "herald"
 require "herald/server"
 
 options = {impl: "herald", port: 0, dir: nil, store: "log", threads: Herald::Server::DEFAULT_THREADS,
-           user_cookie: nil, max_clients: nil, trace: false,
+           user_cookie: nil, max_clients: nil, trace: false, workers: 1,
            front: ENV.fetch("HERALD_TEST_FRONT", "puma")}
 OptionParser.new do |o|
   o.on("--impl NAME") { |v| options[:impl] = v }
@@ -32,6 +33,7 @@ OptionParser.new do |o|
   o.on("--user-cookie NAME") { |v| options[:user_cookie] = v }
   o.on("--max-clients N", Integer) { |v| options[:max_clients] = v }
   o.on("--trace") { options[:trace] = true }
+  o.on("--workers N", Integer) { |v| options[:workers] = v }
   o.on("--front NAME", %w[herald puma]) { |v| options[:front] = v }
   o.on("--no-reply-cache") { options[:reply_cache] = false }
 end.parse!(ARGV)
@@ -65,16 +67,24 @@ end
 
 case options[:impl]
 when "herald"
-  store = (options[:store] == "memory") ? Herald::Store::Memory.new : Herald::Store::Log.new(dir: options.fetch(:dir))
   lookups = {user_id_lookup: user_lookup}.compact
   lookups[:max_active_clients] = options[:max_clients] if options[:max_clients]
-  server = Herald::Server.new(host: "127.0.0.1", port: options[:port], store: store, threads: options[:threads],
-    log: nil, app: ->(app, bus) { TestPublish.new(app, bus) }, front: options[:front].to_sym, reply_cache: options.fetch(:reply_cache, true), **lookups)
-  server.start
-  if options[:trace]
+  common = {host: "127.0.0.1", port: options[:port], threads: options[:threads], app: ->(app, bus) { TestPublish.new(app, bus) },
+            front: options[:front].to_sym, reply_cache: options.fetch(:reply_cache, true), **lookups}
+  started = lambda do |server|
+    next unless options[:trace]
     require_relative "../../bench/support/fan_out_trace"
     server.app.reactor.trace = Bench::FanOutTrace.new(options.fetch(:dir))
   end
+  if options[:workers] > 1
+    # `herald server --workers N`'s own code; its first worker prints "Herald listening on ...".
+    abort "--workers needs the log store" unless options[:store] == "log"
+    exit Herald::Server::Workers.new(options[:workers], dir: options.fetch(:dir), log: $stdout, **common, &started).run
+  end
+  store = (options[:store] == "memory") ? Herald::Store::Memory.new : Herald::Store::Log.new(dir: options.fetch(:dir))
+  server = Herald::Server.new(store: store, log: nil, **common)
+  server.start
+  started.call(server)
   puts "listening #{server.port}"
   $stdout.flush
   server.wait

@@ -37,9 +37,11 @@ module Herald
 
       # app: the Rack app (the middleware, with the demo app or an app behind it).
       # inline: ->(path) { true for requests answered on the event loop }.
-      # cache: a ReplyCache for inline requests (nil: none).
-      def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10, cache: nil)
+      # cache: a ReplyCache for inline requests (nil: none). reuse_port: listen with SO_REUSEPORT (worker
+      # processes on one port, Server.reuse_port_listener).
+      def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10, cache: nil, reuse_port: false)
         @app = app
+        @reuse_port = reuse_port
         @inline = inline
         @cache = cache
         @host = host
@@ -56,7 +58,7 @@ module Herald
       end
 
       def start
-        @listener = TCPServer.new(@host, @port)
+        @listener = @reuse_port ? Server.reuse_port_listener(@host, @port) : TCPServer.new(@host, @port)
         @listener.listen(1024)
         @port = @listener.local_address.ip_port
         @server_port = @port.to_s
