@@ -11,6 +11,7 @@ require "puma/log_writer"
 require_relative "../herald"
 require_relative "server/demo_app"
 require_relative "server/puma_log"
+require_relative "server/workers"
 require_relative "server/reply_cache"
 require_relative "server/front"
 
