@@ -38,7 +38,7 @@ module Bench
         @cpu << cpu
         @objects << GC.stat(:total_allocated_objects)
         data = @msg.data
-        stamp = data.is_a?(Hash) && data["st"] or return
+        stamp = (data["st"] || data["t"] if data.is_a?(Hash)) or return # "t" alone: published elsewhere (herald publish)
         line = JSON.generate("pid" => Process.pid, "global_id" => @msg.global_id, "st" => stamp,
           "started" => @started, "last_write" => @last, "done" => finished, "writes" => @writes,
           "answered" => @count, "cpu" => @cpu, "objects" => @objects)

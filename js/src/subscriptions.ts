@@ -4,7 +4,10 @@
 //     (a resumed stream, an overlapping poll) and is dropped;
 //   - the next request asks, per channel, from the lowest id any of its subscriptions has seen;
 //   - `/__status` (PROTOCOL.md 1.7) moves subscriptions to the server's position; a position below what a
-//     subscription already saw means the server's store was reset (ids went backwards), which is reported.
+//     subscription already saw means the server's store was reset (ids went backwards), which is reported;
+//   - a new store epoch (Herald names it in its MessagePack replies) means a reset too, even when the new
+//     store's ids are above the client's: every subscription starts again from the new store's position,
+//     which the next reply's status gives, and the reset is reported then.
 
 /** One message as the server sends it (the same four keys in JSON and MessagePack). */
 export interface Message<T = unknown> {
@@ -16,7 +19,8 @@ export interface Message<T = unknown> {
 
 export type Callback<T = unknown> = (data: T, message: Message<T>) => void;
 
-/** A store reset seen on one channel: the server's last id is below what this client already received. */
+/** A store reset seen on one channel: the server's last id went below what this client already received, or
+ * the server's store is another one (a new epoch). */
 export interface ResetEvent {
   channel: string;
   /** The highest id the client had received on the channel. */
@@ -36,6 +40,9 @@ export const STATUS_CHANNEL = "/__status";
 
 export class Subscriptions {
   private channels = new Map<string, Subscription[]>();
+  /** The server store's epoch as last seen, null until a reply names one. */
+  epoch: string | null = null;
+  private resets = new Map<string, number>(); // channel => last id received before a new epoch
   /** Called for a callback that throws; delivery goes on. */
   onCallbackError: (error: unknown, message: Message) => void = (error) => console.error(error);
   onReset: (event: ResetEvent) => void = () => {};
@@ -122,13 +129,37 @@ export class Subscriptions {
     }
   }
 
+  /**
+   * The epoch a reply names (null: none named). Returns false when it is not the one seen before: the reply
+   * answers positions in another store and must be dropped; every subscription that had received
+   * something asks again from "now" (the next reply's status), where the reset is reported.
+   */
+  checkEpoch(epoch: string | null): boolean {
+    if (!epoch || epoch === this.epoch) return true;
+    const known = this.epoch;
+    this.epoch = epoch;
+    if (known === null) return true;
+    this.channels.forEach((subs, channel) => {
+      let seen = this.resets.get(channel) ?? -1;
+      for (const sub of subs) {
+        if (sub.lastId >= 0) {
+          seen = Math.max(seen, sub.lastId);
+          sub.lastId = -1;
+        }
+      }
+      if (seen >= 0) this.resets.set(channel, seen);
+    });
+    return false;
+  }
+
   private status(positions: Record<string, number> | null): void {
     if (!positions || typeof positions !== "object") return;
     for (const channel of Object.keys(positions)) {
       const serverLastId = Number(positions[channel]);
       const subs = this.channels.get(channel);
       if (!subs || !Number.isInteger(serverLastId)) continue;
-      let reset = -1;
+      let reset = this.resets.get(channel) ?? -1;
+      this.resets.delete(channel);
       for (const sub of subs) {
         if (sub.lastId > serverLastId) reset = Math.max(reset, sub.lastId);
         sub.lastId = serverLastId;

@@ -118,3 +118,25 @@ test("remove: the channel leaves the request when its last subscription goes", (
   assert.throws(() => subs.add("", cb("x")), TypeError);
   assert.throws(() => subs.add("/a", cb("x"), 1.5), TypeError);
 });
+
+test("a new store epoch: the reply is refused, every channel asks from now, and the reset is reported with the new position", () => {
+  const subs = new Subscriptions();
+  const resets = [];
+  subs.onReset = (e) => resets.push(e);
+  const got = [];
+  subs.add("/a", (d) => got.push(d), 0);
+  subs.add("/b", (d) => got.push(d), -1);
+  assert.equal(subs.checkEpoch(null), true, "no epoch named (JSON, message_bus): nothing to compare");
+  assert.equal(subs.checkEpoch("e1"), true, "the first epoch seen");
+  subs.deliver({ global_id: 9, message_id: 5, channel: "/a", data: "five" });
+  assert.equal(subs.checkEpoch("e1"), true);
+  assert.equal(subs.checkEpoch("e2"), false, "another store");
+  assert.deepEqual([...subs.request()], [["/a", -1], ["/b", -1]]);
+  assert.deepEqual(resets, [], "reported once the new position is known");
+  subs.deliver({ global_id: -1, message_id: -1, channel: "/__status", data: { "/a": 7, "/b": 2 } });
+  assert.deepEqual(resets, [{ channel: "/a", lastId: 5, serverLastId: 7 }]);
+  subs.deliver({ global_id: 20, message_id: 7, channel: "/a", data: "old seven" });
+  subs.deliver({ global_id: 21, message_id: 8, channel: "/a", data: "eight" });
+  assert.deepEqual(got, ["five", "eight"]);
+  assert.equal(subs.epoch, "e2");
+});

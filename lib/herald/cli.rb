@@ -199,6 +199,8 @@ module Herald
       def run
         no_more_than!(0)
         require_relative "server"
+        workers = @options.delete(:workers) || 1
+        return Herald::Server::Workers.new(workers, **@options, dir: log_dir, log: @out).run if workers > 1
         Herald::Server.new(**@options, dir: log_dir, log: @out).run
         0
       end
@@ -211,6 +213,7 @@ module Herald
           o.on("--host HOST", "address to bind (default 127.0.0.1)") { |v| @options[:host] = v }
           o.on("--threads N", Integer, "threads for requests other than message-bus polls (default 5)") { |v| @options[:threads] = within(v, 1..) }
           o.on("--puma", "Puma in front of the middleware instead of Herald's own event loop") { @options[:front] = :puma }
+          o.on("--workers N", Integer, "server processes on the port (SO_REUSEPORT), parked clients spread over them (default 1)") { |v| @options[:workers] = within(v, 1..64) }
         end
       end
 
@@ -219,7 +222,7 @@ module Herald
         raise OptionParser::InvalidArgument, "#{value} (must be #{range.end ? "#{range.begin}..#{range.end}" : ">= #{range.begin}"})"
       end
     end
-    register "server", Server, "server [--port 9292] [--host 127.0.0.1] [--dir DIR] [--threads 5] [--puma]",
+    register "server", Server, "server [--port 9292] [--host 127.0.0.1] [--dir DIR] [--threads 5] [--puma] [--workers 1]",
       "HTTP server: message_bus endpoint + live demo page at /"
   end
 end

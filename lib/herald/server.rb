@@ -11,6 +11,7 @@ require "puma/log_writer"
 require_relative "../herald"
 require_relative "server/demo_app"
 require_relative "server/puma_log"
+require_relative "server/workers"
 require_relative "server/reply_cache"
 require_relative "server/front"
 
@@ -150,8 +151,12 @@ module Herald
 
     private
 
-    # Message-bus requests (not herald.js, a file the thread pool serves as well) run on the event loop.
+    # Message-bus requests (not herald.js, a file the thread pool serves as well) run on the event loop when
+    # the store answers from this process's memory (the log, Memory): a poll is then a few microseconds of
+    # Ruby. With a networked store (Redis, PostgreSQL) a poll waits for a round trip, so polls run on the
+    # thread pool, which waits for several at once, and the loop only reads and writes.
     def inline_paths
+      return ->(_path) { false } unless @bus.store.is_a?(Store::Log) || @bus.store.is_a?(Store::Memory)
       prefix = @middleware.prefix
       script = "#{prefix}herald.js"
       ->(path) { path.start_with?(prefix) && path != script }

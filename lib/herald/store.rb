@@ -21,6 +21,8 @@ module Herald
   #   backlog(channel, last_id = 0, site_id: nil)  => [Message] message_id > last_id, oldest first, retained only
   #   global_backlog(last_id = 0, limit: nil)   => [Message] global_id > last_id, oldest first
   #   epoch                                     => String; changes when the store is reset (wiped, flushed)
+  #   known_epoch                               => String; the epoch as this instance last saw it, without
+  #     asking a server (what every HTTP reply names, see Rack::Responder#extra_headers)
   #
   # Waiting
   #   wait(last_global_id, timeout:)            => Integer last_global_id; returns at once when it is

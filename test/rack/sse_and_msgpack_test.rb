@@ -139,6 +139,40 @@ class SseAndMsgpackTest < Minitest::Test
     bus&.close
   end
 
+  # The store's epoch rides on every MessagePack reply (only Herald's client asks for MessagePack), immediate,
+  # held and streamed, so that a reset store is noticed even when its new ids are above the client's; JSON
+  # replies, what message_bus's clients get, stay as message_bus sends them.
+  def test_msgpack_replies_name_the_store_epoch_and_json_replies_do_not
+    epoch = @bus.store.epoch
+    assert_match(/\A\h{16}\z/, epoch)
+    response = poll(mock, {"/chat" => 0}, query: "dlp=t", HTTP_ACCEPT: MSGPACK)
+    assert_equal epoch, response.headers["herald-epoch"]
+    response = poll(mock, {"/chat" => 0}, query: "dlp=t")
+    assert_nil response.headers["herald-epoch"]
+
+    mw = middleware
+    server = puma(mw)
+    socket = server.request({"/chat" => 0}, headers: {"Accept" => MSGPACK})
+    parked(mw)
+    @bus.publish("/chat", "streamed")
+    assert_equal epoch, Server.read(socket)[1].to_h["herald-epoch"]
+    socket = server.request({"/chat" => 1}, headers: {"Accept" => MSGPACK, "Dont-Chunk" => "true"})
+    parked(mw)
+    @bus.publish("/chat", "held")
+    _, headers, body = Server.read(socket)
+    assert_equal epoch, headers.to_h["herald-epoch"]
+    assert_equal ["held"], MessagePack.unpack(body).map { |m| m["data"] }
+    socket = server.request({"/chat" => 2}, headers: {"Dont-Chunk" => "true"})
+    parked(mw)
+    @bus.publish("/chat", "json")
+    refute_includes Server.read(socket)[1].to_h.keys, "herald-epoch"
+
+    other = Herald::Bus.new(store: Herald::Store::Memory.new)
+    refute_equal epoch, other.store.epoch, "each Memory store is its own epoch"
+  ensure
+    other&.close
+  end
+
   # Bytes are built once per message and shared: the same frozen String for every reader.
   def test_wire_bytes_are_built_once_per_message
     wire = Herald::Rack::Wire.new

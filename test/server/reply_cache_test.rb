@@ -4,6 +4,8 @@ require "test_helper"
 require "json"
 require "net/http"
 require "herald/server"
+require "securerandom"
+require_relative "../support/servers"
 
 # herald server's front end answers a repeated poll from its ReplyCache while the store is unchanged: the
 # bytes must be exactly what the middleware would answer, for every client, every time.
@@ -85,4 +87,26 @@ class ReplyCacheTest < Minitest::Test
   end
 
   def data(body) = JSON.parse(body).reject { |m| m["channel"] == "/__status" }.map { |m| m["data"] }
+end
+
+# With a networked store a poll waits for a round trip: herald server's front end runs polls on its thread
+# pool (several wait at once) instead of its event loop, and keeps no reply cache for them.
+class FrontNetworkedStoreTest < Minitest::Test
+  def test_polls_run_on_the_pool_with_a_redis_store
+    url = Herald::TestServers.require!(self, :redis)
+    store = Herald::Store::Redis.new(url: url, namespace: "front-#{SecureRandom.hex(4)}")
+    server = Herald::Server.new(port: 0, store: store, log: nil).start
+    front = server.instance_variable_get(:@server)
+    refute front.instance_variable_get(:@inline).call("/message-bus/c1/poll"), "a poll goes to the pool"
+    server.bus.publish("/chat", "via Redis ✓")
+    threads = []
+    app = server.app
+    app.define_singleton_method(:call) { |env| (threads << Thread.current.name) && super(env) }
+    body = Net::HTTP.post(URI("#{server.url}/message-bus/c1/poll?dlp=t"), JSON.generate("/chat" => 0), "Content-Type" => "application/json").body
+    assert_equal ["via Redis ✓"], JSON.parse(body).map { |m| m["data"] }
+    assert_match(/\Aherald-app-\d\z/, threads.first)
+  ensure
+    server&.stop
+    server&.wait
+  end
 end

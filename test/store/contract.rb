@@ -29,6 +29,7 @@ module StoreContract
     assert_equal [], @store.global_backlog(0)
     assert_equal({"/a" => 0, "/b" => 0}, @store.last_ids(["/a", "/b"]))
     assert_kind_of String, @store.epoch
+    assert_equal @store.epoch, @store.known_epoch, "the epoch without a round trip (named in every MessagePack reply)"
   end
 
   def test_append_assigns_global_and_channel_ids

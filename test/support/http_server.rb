@@ -9,9 +9,8 @@
 # --user-cookie NAME makes the user id the value of cookie NAME: test-only wiring for targeted delivery
 # (a real app derives the user from its session). It prints "listening <port>" once it accepts connections
 # and stops on SIGTERM/SIGINT. --trace (Herald only, for bench/http_latency_bench.rb) records the server-side
-# timing of every fan-out in DIR (bench/support/fan_out_trace.rb). --workers N (Herald only) forks N server
-# processes on one port (SO_REUSEPORT), each with its own event loop and the same log directory, woken by
-# the log's cross-process wakeups. --front (Herald only): Herald's own front
+# timing of every fan-out in DIR (bench/support/fan_out_trace.rb). --workers N (Herald only): N server
+# processes on one port, as `herald server --workers N` (Herald::Server::Workers). --front (Herald only): Herald's own front
 # end (Herald::Server::Front, as `herald server`) or Puma in front of the middleware (how an app embeds Herald,
 # the default here); HERALD_TEST_FRONT=herald|puma sets the default (bin/test runs the browser tests with herald).
 # --no-reply-cache: herald server's front end without its ReplyCache (benchmarks).
@@ -68,47 +67,27 @@ end
 
 case options[:impl]
 when "herald"
-  # One server process; yields its port once it listens, then serves until SIGTERM/SIGINT.
-  serve = lambda do |port, reuse_port, &ready|
-    store = (options[:store] == "memory") ? Herald::Store::Memory.new : Herald::Store::Log.new(dir: options.fetch(:dir))
-    lookups = {user_id_lookup: user_lookup}.compact
-    lookups[:max_active_clients] = options[:max_clients] if options[:max_clients]
-    server = Herald::Server.new(host: "127.0.0.1", port: port, store: store, threads: options[:threads], log: nil,
-      app: ->(app, bus) { TestPublish.new(app, bus) }, front: options[:front].to_sym, reuse_port: reuse_port,
-      reply_cache: options.fetch(:reply_cache, true), **lookups)
-    server.start
-    if options[:trace]
-      require_relative "../../bench/support/fan_out_trace"
-      server.app.reactor.trace = Bench::FanOutTrace.new(options.fetch(:dir))
-    end
-    ready.call(server.port)
-    server.wait
+  lookups = {user_id_lookup: user_lookup}.compact
+  lookups[:max_active_clients] = options[:max_clients] if options[:max_clients]
+  common = {host: "127.0.0.1", port: options[:port], threads: options[:threads], app: ->(app, bus) { TestPublish.new(app, bus) },
+            front: options[:front].to_sym, reply_cache: options.fetch(:reply_cache, true), **lookups}
+  started = lambda do |server|
+    next unless options[:trace]
+    require_relative "../../bench/support/fan_out_trace"
+    server.app.reactor.trace = Bench::FanOutTrace.new(options.fetch(:dir))
   end
   if options[:workers] > 1
-    reader, writer = IO.pipe
-    port = options[:port]
-    pids = Array.new(options[:workers]) do |i|
-      pid = fork do
-        reader.close
-        serve.call(port, true) do |p|
-          writer.puts(p)
-          writer.flush
-        end
-      end
-      port = Integer(reader.gets) if i == 0 # the first worker picks the port, the others join it
-      pid
-    end
-    (options[:workers] - 1).times { reader.gets }
-    %w[TERM INT].each { |sig| trap(sig) { pids.each { |pid| Process.kill(sig, pid) } } }
-    puts "listening #{port}"
-    $stdout.flush
-    Process.waitall
-  else
-    serve.call(options[:port], false) do |port|
-      puts "listening #{port}"
-      $stdout.flush
-    end
+    # `herald server --workers N`'s own code; its first worker prints "Herald listening on ...".
+    abort "--workers needs the log store" unless options[:store] == "log"
+    exit Herald::Server::Workers.new(options[:workers], dir: options.fetch(:dir), log: $stdout, **common, &started).run
   end
+  store = (options[:store] == "memory") ? Herald::Store::Memory.new : Herald::Store::Log.new(dir: options.fetch(:dir))
+  server = Herald::Server.new(store: store, log: nil, **common)
+  server.start
+  started.call(server)
+  puts "listening #{server.port}"
+  $stdout.flush
+  server.wait
 when "message_bus"
   require "message_bus"
   bus = MessageBus::Instance.new

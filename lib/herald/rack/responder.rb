@@ -9,6 +9,8 @@ module Herald
       CLIENT_ID = /\A[A-Za-z0-9_.~-]{1,128}\z/
       HEADER_SAFE = /\A[^\r\n\0]*\z/
       EMPTY = {}.freeze
+      EPOCH_HEADER = "herald-epoch"
+      EPOCH_SAFE = /\A[\x21-\x7e]{1,100}\z/
       POLL = "poll.herald"
       # Set in the env of an immediate reply that depends only on the request and the store's contents,
       # not on who asked: herald server's front end may give the same bytes to the same request until the
@@ -226,16 +228,28 @@ module Herald
         h
       end
 
-      # The extra-headers hook, once per request; names lowercased (Rack 3), unsafe values dropped.
+      # The extra-headers hook, once per request; names lowercased (Rack 3), unsafe values dropped. Replies
+      # in MessagePack, which only Herald's client asks for, also name the store's epoch: a store reset whose
+      # new ids are above the client's is noticed by it. message_bus's clients get the same bytes as from
+      # message_bus.
       def extra_headers
         @extra_headers ||= begin
           found = lookup(:extra_response_headers_lookup) || EMPTY
-          found.each_with_object({}) do |(name, value), out|
+          out = found.each_with_object({}) do |(name, value), out|
             name = name.to_s.downcase
             value = value.to_s
             out[name] = value if name.match?(HEADER_SAFE) && value.match?(HEADER_SAFE) && !name.empty?
           end
+          epoch = msgpack? && store_epoch
+          out[EPOCH_HEADER] = epoch if epoch
+          out
         end
+      end
+
+      def store_epoch
+        store = @mw.bus.store
+        epoch = store.known_epoch.to_s if store.respond_to?(:known_epoch)
+        epoch if epoch&.match?(EPOCH_SAFE)
       end
 
       def extra_header_lines

@@ -53,6 +53,7 @@ module Herald
       end
 
       attr_reader :epoch
+      alias_method :known_epoch, :epoch
 
       def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)

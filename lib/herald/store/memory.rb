@@ -6,6 +6,7 @@ module Herald
     # Every other store must behave like this one (test/store/contract.rb).
     class Memory
       attr_reader :epoch
+      alias_method :known_epoch, :epoch
 
       def initialize(max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE)
         Store.validate_retention!(max_backlog_size, max_backlog_age)

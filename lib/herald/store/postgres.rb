@@ -149,6 +149,9 @@ module Herald
         @epoch
       end
 
+      # Kept fresh by every append and read of the meta and by the listener's periodic check.
+      def known_epoch = @epoch || epoch
+
       def load_cursor(name)
         raw = first_value(read { |c| run(c, "load_cursor", [name]) })
         Store.parse_cursor(raw, name: name, where: "the table #{@table}_cursors")

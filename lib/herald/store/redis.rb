@@ -168,6 +168,9 @@ module Herald
         @epoch
       end
 
+      # Kept fresh by every append and read of the meta and by the listener's periodic check.
+      def known_epoch = @epoch || epoch
+
       def load_cursor(name)
         raw = read { |r| r.call_v(["HGET", "#{@namespace}:cursors", name]) }
         Store.parse_cursor(raw, name: name, where: "the Redis hash #{@namespace}:cursors")
