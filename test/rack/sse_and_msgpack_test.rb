@@ -167,6 +167,12 @@ class SseAndMsgpackTest < Minitest::Test
     @bus.publish("/chat", "json")
     refute_includes Server.read(socket)[1].to_h.keys, "herald-epoch"
 
+    cors = mock(middleware(extra_response_headers_lookup: ->(_env) { {"Access-Control-Allow-Origin" => "https://app.test"} }))
+    response = poll(cors, {"/chat" => 0}, query: "dlp=t", HTTP_ACCEPT: MSGPACK)
+    assert_equal ["https://app.test", epoch, "herald-epoch"],
+      response.headers.values_at("access-control-allow-origin", "herald-epoch", "access-control-expose-headers")
+    assert_nil poll(cors, {"/chat" => 0}, query: "dlp=t").headers["access-control-expose-headers"]
+
     other = Herald::Bus.new(store: Herald::Store::Memory.new)
     refute_equal epoch, other.store.epoch, "each Memory store is its own epoch"
   ensure

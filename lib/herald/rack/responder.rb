@@ -241,9 +241,17 @@ module Herald
             out[name] = value if name.match?(HEADER_SAFE) && value.match?(HEADER_SAFE) && !name.empty?
           end
           epoch = msgpack? && store_epoch
-          out[EPOCH_HEADER] = epoch if epoch
+          expose_epoch(out, epoch) if epoch
           out
         end
+      end
+
+      # A page on another origin (the app's CORS headers allow it) can read the header only when it is exposed.
+      def expose_epoch(out, epoch)
+        out[EPOCH_HEADER] = epoch
+        return unless out.key?("access-control-allow-origin")
+        exposed = out["access-control-expose-headers"]
+        out["access-control-expose-headers"] = exposed ? "#{exposed}, #{EPOCH_HEADER}" : EPOCH_HEADER
       end
 
       def store_epoch
