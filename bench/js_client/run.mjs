@@ -270,14 +270,17 @@ try {
     out.push(`## ${set === "mixed" ? "Mixed text" : "ASCII-only text"}`, "");
     out.push("| path | ms, median (min–max) | messages/s | vs message-bus.js default | vs its fastest | first callback after first byte, ms | heap after, MB |");
     out.push("|---|---:|---:|---:|---:|---:|---:|");
-    const ms = (x) => Number.isFinite(x) ? fmt(x) : `> ${fmt(DEADLINE)} (stopped)`;
-    const ratio = (a, b) => Number.isFinite(a) ? `${fmt(a / b, 2)}x` : `> ${fmt(DEADLINE / b, 2)}x`;
+    const ms = (x, digits = 0) => Number.isFinite(x) ? fmt(x, digits) : `> ${fmt(DEADLINE)}`;
+    const ratio = (a, b) => {
+      if (!Number.isFinite(b)) return Number.isFinite(a) ? `< ${fmt(a / DEADLINE, 2)}x` : "1.00x";
+      return Number.isFinite(a) ? `${fmt(a / b, 2)}x` : `> ${fmt(DEADLINE / b, 2)}x`;
+    };
     for (const row of ROWS) {
       const rs = results[set][row.name];
       const totals = rs.map((r) => r.total);
       const total = median(totals);
       const spread = `${ms(Math.min(...totals))}–${ms(Math.max(...totals))}`;
-      out.push(`| ${row.name} | ${ms(total)} (${spread}) | ${Number.isFinite(total) ? fmt(COUNT / total * 1000 / 1e6, 2) + "M" : "-"} | ${ratio(base, total)} | ${ratio(fastest, total)} | ${ms(median(rs.map((r) => r.firstCallback)))} | ${fmt(median(rs.map((r) => r.heap)) / 1e6, 1)} |`);
+      out.push(`| ${row.name} | ${ms(total)} (${spread}) | ${Number.isFinite(total) ? fmt(COUNT / total * 1000 / 1e6, 2) + "M" : "-"} | ${ratio(base, total)} | ${ratio(fastest, total)} | ${ms(median(rs.map((r) => r.firstCallback)), 1)} | ${fmt(median(rs.map((r) => r.heap)) / 1e6, 1)} |`);
     }
     out.push("");
     out.push(`Reply bodies for the 5 channels: JSON ${fmt(sizes[set].JSON.raw / 1e6, 1)} MB (gzip ${fmt(sizes[set].JSON.gzip / 1e6, 2)}, brotli ${fmt(sizes[set].JSON.brotli / 1e6, 2)}), MessagePack ${fmt(sizes[set].MessagePack.raw / 1e6, 1)} MB (gzip ${fmt(sizes[set].MessagePack.gzip / 1e6, 2)}, brotli ${fmt(sizes[set].MessagePack.brotli / 1e6, 2)}).`, "");
