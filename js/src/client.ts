@@ -63,6 +63,23 @@ export interface SubscribeOptions {
 
 export type Status = "started" | "stopped";
 
+/** What {@link Herald.diagnostics} reports (message-bus.js's `diagnostics()` logs the same counts). */
+export interface Diagnostics {
+  status: Status;
+  transport: TransportName;
+  /** Requests made, and how many of them failed (all time, and since the last success). */
+  requests: number;
+  failures: number;
+  recentFailures: number;
+  /** ms since the last request started (null: none yet). */
+  sinceLastRequest: number | null;
+  offline: boolean;
+  hidden: boolean;
+  /** The store epoch the server last named, and the last id per channel. */
+  epoch: string | null;
+  lastIds: Record<string, number>;
+}
+
 type Outcome =
   | { kind: "done"; delay: number } // a reply or stream ended normally
   | { kind: "failed"; error: unknown } // network or server error: back off
@@ -106,10 +123,15 @@ export class Herald {
   private abort: (() => void) | null = null; // ends the request in flight
   private wake: (() => void) | null = null; // ends the wait between requests
   private offline = false;
+  private away = false; // between pagehide and pageshow
   private dirty = false; // interrupted between requests: the next wait is skipped
   private hidden = false;
   private listeners: Array<[EventTarget, string, EventListener]> = [];
   private autoStart: boolean;
+  private requests = 0;
+  private failures = 0;
+  private recentFailures = 0;
+  private lastRequestAt = 0;
 
   constructor(options: HeraldOptions = {}) {
     let base = options.baseUrl ?? "/";
@@ -177,6 +199,22 @@ export class Herald {
     return this.running ? "started" : "stopped";
   }
 
+  /** The client's state and counts, for a console or a bug report. */
+  diagnostics(): Diagnostics {
+    return {
+      status: this.status,
+      transport: this.transport,
+      requests: this.requests,
+      failures: this.failures,
+      recentFailures: this.recentFailures,
+      sinceLastRequest: this.lastRequestAt ? Date.now() - this.lastRequestAt : null,
+      offline: this.offline,
+      hidden: this.hidden,
+      epoch: this.epoch,
+      lastIds: this.lastIds(),
+    };
+  }
+
   start(): void {
     if (this.running) return;
     this.running = true;
@@ -233,9 +271,16 @@ export class Herald {
         this.backoff.reset();
         this.interrupt();
       });
-      // Leaving the page (or entering the back/forward cache): let go of the connection at once.
-      on(window, "pagehide", () => this.interrupt());
-      on(window, "pageshow", () => this.interrupt());
+      // Leaving the page (or entering the back/forward cache): let go of the connection at once and make
+      // no other until the page is shown again (a request in flight can keep a page out of that cache).
+      on(window, "pagehide", () => {
+        this.away = true;
+        this.interrupt();
+      });
+      on(window, "pageshow", () => {
+        this.away = false;
+        this.interrupt();
+      });
     }
     if (hasDocument) {
       this.hidden = document.visibilityState === "hidden";
@@ -243,7 +288,7 @@ export class Herald {
         const hidden = document.visibilityState === "hidden";
         const wasHidden = this.hidden;
         this.hidden = hidden;
-        if (wasHidden && !hidden) this.interrupt(); // visible again: catch up now
+        if (wasHidden !== hidden && this.options.backgroundInterval > 0) this.interrupt(); // hidden: poll now and then from now on; visible again: catch up now
       });
     }
   }
@@ -251,7 +296,7 @@ export class Herald {
   private async run(): Promise<void> {
     await null; // subscriptions made in the same task as start() go out in the first request
     while (this.running) {
-      if (this.offline || this.subs.size === 0) {
+      if (this.offline || this.away || this.subs.size === 0) {
         this.dirty = false;
         await this.sleep(Infinity);
         continue;
@@ -259,7 +304,15 @@ export class Herald {
       this.dirty = false;
       const transport = this.pick();
       const started = Date.now();
+      this.requests++;
+      this.lastRequestAt = started;
       const outcome = await this.request(transport);
+      if (outcome.kind === "failed") {
+        this.failures++;
+        this.recentFailures++;
+      } else if (outcome.kind === "done") {
+        this.recentFailures = 0;
+      }
       if (!this.running) break;
       let delay = 0;
       switch (outcome.kind) {

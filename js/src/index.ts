@@ -1,5 +1,5 @@
 export { Herald, TRANSPORTS } from "./client.js";
-export type { HeraldOptions, SubscribeOptions, Status, TransportName } from "./client.js";
+export type { HeraldOptions, SubscribeOptions, Status, TransportName, Diagnostics } from "./client.js";
 export type { Message, Callback, ResetEvent } from "./subscriptions.js";
 export { Subscriptions, STATUS_CHANNEL } from "./subscriptions.js";
 export { Backoff, retryAfter } from "./backoff.js";

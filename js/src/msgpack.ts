@@ -57,13 +57,7 @@ export class Decoder implements MessagePackDecoder {
   private latinDecoder = new TextDecoder("latin1");
 
   decode(bytes: Uint8Array, offset: number, length: number = bytes.length): unknown {
-    if (bytes !== this.b) {
-      this.b = bytes;
-      this.v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-      this.latinStart = this.latinEnd = 0;
-    }
-    this.p = offset;
-    this.n = length;
+    this.at(bytes, offset, length);
     try {
       const value = this.read();
       this.end = this.p;
@@ -76,13 +70,7 @@ export class Decoder implements MessagePackDecoder {
 
   /** The offset after the value at `offset`, without building it; -1 when the bytes end first. */
   skip(bytes: Uint8Array, offset: number, length: number = bytes.length): number {
-    if (bytes !== this.b) {
-      this.b = bytes;
-      this.v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-      this.latinStart = this.latinEnd = 0;
-    }
-    this.p = offset;
-    this.n = length;
+    this.at(bytes, offset, length);
     try {
       this.pass();
       return this.p;
@@ -90,6 +78,17 @@ export class Decoder implements MessagePackDecoder {
       if (e === MORE) return -1;
       throw e;
     }
+  }
+
+  // Where the next decode or skip reads: the DataView and the Latin-1 text belong to one array.
+  private at(bytes: Uint8Array, offset: number, length: number): void {
+    if (bytes !== this.b) {
+      this.b = bytes;
+      this.v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+      this.latinStart = this.latinEnd = 0;
+    }
+    this.p = offset;
+    this.n = length;
   }
 
   release(): void {

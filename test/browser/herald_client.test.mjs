@@ -355,6 +355,109 @@ test("the MessageBus facade: a page written for message-bus.js, served /message-
   await context.close();
 });
 
+test("the MessageBus facade: pause() holds messages back (they still arrive), resume() delivers them in order; diagnostics()", { skip }, async () => {
+  const context = await browser.newContext();
+  const page = await heraldPage(context, server.url, { viaUrl: true });
+  const logged = [];
+  page.on("console", (m) => logged.push(m.text()));
+  const channel = fresh("pause");
+  await page.evaluate((channel) => {
+    window.got.paused = [];
+    window.MessageBus.subscribe(channel, (data, globalId, messageId) => window.got.paused.push({ data, messageId }));
+  }, channel);
+  await page.waitForFunction((c) => (window.MessageBus.herald.lastIds()[c] ?? -1) >= 0, channel, { polling: 50 });
+  await page.evaluate(() => window.MessageBus.pause());
+  assert.equal(await page.evaluate(() => window.MessageBus.status()), "paused");
+  const ids = [];
+  for (const text of ["one", "two ✓", "three 🎉"]) ids.push(await server.publish(channel, text));
+  await page.waitForFunction(() => window.MessageBus.diagnostics().waiting === 3, null, { polling: 100, timeout: 10000 });
+  assert.deepEqual(await page.evaluate(() => window.got.paused), [], "nothing reaches a callback while paused");
+  const d = await page.evaluate(() => window.MessageBus.diagnostics());
+  assert.equal(d.paused, true);
+  assert.equal(d.lastIds[channel], ids[2], "received (and not asked for again)");
+  assert.ok(d.requests >= 1 && d.failures === 0, JSON.stringify(d));
+  assert.match(d.epoch, /^[0-9a-f]{16}$/);
+  assert.deepEqual(d.callbacks, [{ channel, lastId: ids[2] }]);
+  assert.ok(logged.some((l) => /^Total ajax calls: \d+ Recent failure count: 0 Total failures: 0$/.test(l)), logged.join("\n"));
+  await page.evaluate(() => window.MessageBus.resume());
+  assert.equal(await page.evaluate(() => window.MessageBus.status()), "started");
+  assert.deepEqual(await page.evaluate(() => window.got.paused), [
+    { data: "one", messageId: ids[0] }, { data: "two ✓", messageId: ids[1] }, { data: "three 🎉", messageId: ids[2] }]);
+  const id = await server.publish(channel, "after resume");
+  await waitFor(page, "paused", 4);
+  assert.deepEqual((await page.evaluate(() => window.got.paused))[3], { data: "after resume", messageId: id });
+  await page.evaluate(() => window.MessageBus.stop());
+  await context.close();
+});
+
+// The page's visibility and lifecycle as the browser reports them (a headless page is always visible).
+const setVisibility = (page, state) => page.evaluate((state) => {
+  Object.defineProperty(document, "visibilityState", { get: () => state, configurable: true });
+  Object.defineProperty(document, "hidden", { get: () => state === "hidden", configurable: true });
+  document.dispatchEvent(new Event("visibilitychange"));
+}, state);
+
+test("a hidden tab lets go of its stream and polls every backgroundInterval; shown again it streams at once", { skip, timeout: 60000 }, async () => {
+  const context = await browser.newContext();
+  const page = await heraldPage(context, server.url);
+  const requests = [];
+  page.on("request", (r) => { if (r.url().includes("/poll")) requests.push({ at: Date.now(), poll: r.url().includes("dlp=t") }); });
+  const aborted = [];
+  page.on("requestfailed", (r) => aborted.push(Date.now()));
+  await startClient(page, { transports: ["stream"], backgroundInterval: 1500 });
+  const channel = fresh("hidden");
+  await subscribe(page, channel);
+  assert.equal(requests.at(-1).poll, false, "visible: a held stream");
+  const hiddenAt = Date.now();
+  await setVisibility(page, "hidden");
+  await page.waitForFunction(() => window.bus.transport === "poll", null, { polling: 50, timeout: 2000 });
+  assert.ok(aborted.some((t) => t >= hiddenAt), "the stream was let go at once");
+  const id = await server.publish(channel, "while hidden");
+  const started = Date.now();
+  await waitFor(page, channel, 1, 5000);
+  const hiddenRequests = requests.filter((r) => r.at >= hiddenAt);
+  assert.ok(hiddenRequests.every((r) => r.poll), "only short polls while hidden");
+  assert.ok(Date.now() - started < 4000, "picked up by the next background poll");
+  await new Promise((r) => setTimeout(r, 3200));
+  const polls = requests.filter((r) => r.at >= hiddenAt).length;
+  assert.ok(polls >= 2 && polls <= 5, `about one poll per 1.5 s while hidden (${polls} in ~5 s)`);
+  const shownAt = Date.now();
+  await setVisibility(page, "visible");
+  await page.waitForFunction(() => window.bus.transport === "stream", null, { polling: 50, timeout: 1000 });
+  const next = await server.publish(channel, "visible again");
+  const got = await waitFor(page, channel, 2, 3000);
+  assert.deepEqual(got.map((g) => [g.id, g.data]), [[id, "while hidden"], [next, "visible again"]]);
+  assert.ok(requests.some((r) => r.at >= shownAt && !r.poll), "a stream once visible");
+  await page.evaluate(() => window.bus.stop());
+  await context.close();
+});
+
+test("pagehide lets go of the connection and makes no other until pageshow; nothing is missed", { skip, timeout: 60000 }, async () => {
+  const context = await browser.newContext();
+  const page = await heraldPage(context, server.url);
+  const requests = [];
+  page.on("request", (r) => { if (r.url().includes("/poll")) requests.push(Date.now()); });
+  const aborted = [];
+  page.on("requestfailed", () => aborted.push(Date.now()));
+  await startClient(page, { transports: ["stream"] });
+  const channel = fresh("pagehide");
+  await subscribe(page, channel);
+  const hiddenAt = Date.now();
+  await page.evaluate(() => window.dispatchEvent(new PageTransitionEvent("pagehide", { persisted: true })));
+  await page.waitForFunction(() => true);
+  await new Promise((r) => setTimeout(r, 300));
+  assert.ok(aborted.some((t) => t >= hiddenAt), "the request in flight was aborted");
+  const id = await server.publish(channel, "while away");
+  await new Promise((r) => setTimeout(r, 1200));
+  assert.deepEqual(requests.filter((t) => t > hiddenAt), [], "no request between pagehide and pageshow");
+  assert.deepEqual(await page.evaluate((c) => window.got[c], channel), []);
+  await page.evaluate(() => window.dispatchEvent(new PageTransitionEvent("pageshow", { persisted: true })));
+  const got = await waitFor(page, channel, 1, 3000);
+  assert.deepEqual(got.map((g) => [g.id, g.data]), [[id, "while away"]]);
+  await page.evaluate(() => window.bus.stop());
+  await context.close();
+});
+
 test("stop() leaves no request, timer or listener behind", { skip }, async () => {
   const context = await browser.newContext();
   // Count the page's live timers and listeners, from before the client loads.

@@ -88,7 +88,8 @@ class RedisStoreTest < Minitest::Test
       Thread.new { Array.new(150) { |i| [t, i, append("/t#{t % 3}", "#{t} #{i} é🎉")] } }
     end.flat_map(&:value)
     calls = evalsha_calls(redis) - before
-    assert_operator calls, :<, results.size / 2, "#{calls} script calls for #{results.size} concurrent publishes"
+    # Two calls may be on the wire at once (Batcher::LEADERS), so batches are about two records at 8 threads.
+    assert_operator calls, :<, results.size * 0.8, "#{calls} script calls for #{results.size} concurrent publishes"
     assert_equal results.size, results.map { |*, m| m.global_id }.uniq.size
     results.group_by { |*, m| m.channel }.each do |channel, published|
       assert_equal (1..published.size).to_a, published.map { |*, m| m.message_id }.sort, channel

@@ -1,6 +1,12 @@
 # frozen_string_literal: true
 
 require_relative "quiet_polls"
+require_relative "versions"
+
+if defined?(::Rails::VERSION::STRING)
+  require "json"
+  Herald::Rails.check_versions!(rails: ::Rails::VERSION::STRING, json: JSON::VERSION)
+end
 
 module Herald
   # Rails integration, loaded by lib/herald.rb only when Rails is (::Rails::Railtie defined).

@@ -116,14 +116,20 @@ module Herald
           @write_lock.flock(File::LOCK_UN)
         end
 
-        # Called by the Wakeup listener when another store asked for the lease.
+        # Called by the Wakeup listener when another store asked for the lease. A lease held less than
+        # MIN_HOLD is kept that long first (a busy writer gets a run of appends per handoff), measured under
+        # the store's lock: a lease taken while this thread waited for the lock is a new one.
         def give_lease
-          held = now - @leased_at
-          sleep MIN_HOLD - held if @leased && held < MIN_HOLD # a busy writer gets a run of appends per handoff
-          @lock.synchronize do
-            next unless @leased && !ForkTracker.forked?(@pid)
-            drop_lease
-            @gave_lease_at = now
+          loop do
+            wait = @lock.synchronize do
+              return unless @leased && !ForkTracker.forked?(@pid)
+              held = now - @leased_at
+              next MIN_HOLD - held if held < MIN_HOLD
+              drop_lease
+              @gave_lease_at = now
+              return
+            end
+            sleep wait
           end
         rescue IOError
           nil # closed meanwhile

@@ -1,7 +1,8 @@
 # frozen_string_literal: true
 
 # A deferred subscriber: each event once across every Puma worker. The first attempt at event 3 fails, so
-# Herald logs a retry (through Rails.logger) before handling it.
+# Herald logs a retry (through Rails.logger) before handling it. An event with "sleep" is slow: its start goes
+# to log/started.txt, so the test can stop Puma while a handler is in flight.
 class OrderLogger
   include Herald::Subscriber
 
@@ -15,6 +16,14 @@ class OrderLogger
       marker.write("x")
       raise "first attempt fails (ü)"
     end
-    Rails.root.join("log", "handled.txt").open("a") { |f| f.puts "#{Process.pid} #{message.global_id} #{event["n"]} #{event["text"]}" }
+    if event["sleep"]
+      record("started.txt", "#{Process.pid} #{message.global_id} #{event["n"]}")
+      sleep event["sleep"]
+    end
+    record("handled.txt", "#{Process.pid} #{message.global_id} #{event["n"]} #{event["text"]}")
   end
+
+  private
+
+  def record(file, line) = Rails.root.join("log", file).open("a") { |f| f.puts line }
 end
