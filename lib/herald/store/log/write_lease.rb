@@ -60,12 +60,13 @@ module Herald
           wait = POLL
           asked_at = nil
           started = now
+          warned = false
           until @write_lock.flock(File::LOCK_EX | File::LOCK_NB)
             if asked_at.nil? || now - asked_at > ASK_EVERY
               Wakeup.ask_for_lease(@directory.join("wakeup"), except: (@wakeup if @wakeup&.listening?))
               asked_at = now
             end
-            waited_too_long(now - started, wait)
+            warned = waited_too_long(now - started, warned)
             sleep wait
             wait = [wait * 2, POLL_MAX].min
           end
@@ -75,13 +76,15 @@ module Herald
           @wakeup&.nudge # its listener is to drop the lease once unused for IDLE: it must know it has one
         end
 
-        def waited_too_long(waited, wait)
+        # Raises once the wait reached lock_timeout; warns once past WAIT_WARN. Returns whether it warned.
+        def waited_too_long(waited, warned)
           if waited >= @lock_timeout
             raise TimeoutError, "#{@dir}: the log's write lock has been held by #{lock_holder} for #{@lock_timeout} s " \
               "(a stopped or hung process?); nothing was written"
-          elsif waited < WAIT_WARN && waited + wait >= WAIT_WARN
-            Herald.logger.warn "#{@dir}: waiting for the log's write lock, held by #{lock_holder}"
           end
+          return warned if warned || waited < WAIT_WARN
+          Herald.logger.warn "#{@dir}: waiting for the log's write lock, held by #{lock_holder}"
+          true
         end
 
         # Who holds LOCK, from Linux's /proc/locks (pid, device:inode of the file).
