@@ -30,17 +30,28 @@ IMPLS = Bench::IMPLS.flat_map do |name, impl|
   end
 end.to_h
 
-Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects)
+Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects, :process_cpu_us)
+
+# CPU seconds of the server and its worker processes (a worker row's parent only forks and waits).
+def server_cpu(pid)
+  children = File.read("/proc/#{pid}/task/#{pid}/children").split.map { |c| Integer(c) }
+  Bench.cpu_seconds(pid) + children.sum { |c| Bench.cpu_seconds(c) }
+rescue Errno::ENOENT
+  0.0
+end
 
 # One round (one publish to `clients` parked polls).
 def measure_round(server, clients)
   command = [RbConfig.ruby, File.join(Bench::HTTP_ROOT, "bench/support/http_clients.rb"), "latency",
     server.port.to_s, clients.to_s, "1"]
   Bench::FanOutTrace.collect(server.dir) # forget the warm-up's
+  cpu_before = server_cpu(server.pid)
   lines = IO.popen(command, &:readlines).map { |line| JSON.parse(line) }
+  process_cpu = server_cpu(server.pid) - cpu_before
   raise "client process failed" unless $?.success? && lines.size == 1
   samples = lines.flatten
   round = Round.new(samples.compact.map { |s| s * 1000 }, samples.count(&:nil?) + (clients - samples.size))
+  round.process_cpu_us = process_cpu * 1e6 / clients
   server_side(round, Bench::FanOutTrace.collect(server.dir))
   round
 end
@@ -79,22 +90,24 @@ COUNTS.each do |clients|
   base_name = rows.keys.first
   base_p99 = Bench.percentile(rows[base_name].flat_map(&:client_ms).sort, 0.99)
   puts "### Publish -> delivery latency, #{clients} parked long-poll clients", ""
-  puts "One server process per row (Puma, #{Bench::THREADS} threads; Herald's worker rows fork that many), all up " \
+  puts "One server process per row (Puma, #{Bench::THREADS} threads; a worker row is that many processes on one port, " \
+       "as `herald server --workers N`), all up " \
        "at once; one client process holding #{clients} connections (POST /message-bus/<id>/poll with `Dont-Chunk: true`), " \
        "#{ROUNDS} rounds of one publish each, alternating between the servers. Client: receive time - publish time " \
        "stamped by the client. Server (Herald): the time its event loop handed each client's reply to the kernel - " \
        "the time the publish request reached the server; last write: the same for the round's last client (median, " \
        "max over rounds). p50/p99 over every client of every round; the spread is the min-max of the per-round p99. " \
        "CPU and objects: the event loops' thread CPU time and allocations per answered client (writes, unindexing, " \
-       "closes), which do not depend on the machine's load. Load average #{load_before} before, #{load_after} after " \
+       "closes), which do not depend on the machine's load; server CPU: the whole server's (every process, /proc) over the " \
+       "round per client, accepting and parking its poll as well as answering it, for message_bus too (10 ms ticks). Load average #{load_before} before, #{load_after} after " \
        "(2 cores shared with other work). #{Bench.store_note}", ""
   puts "| | client p50 | client p99 | per-round p99 (min-max) | max | p99 vs #{base_name} | server p50 | server p99 | " \
-       "last write (median, max) | CPU/client | objects/client | missed |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+       "last write (median, max) | CPU/client | objects/client | server CPU/client | missed |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   rows.each do |name, list|
     ms = list.flat_map(&:client_ms).sort
     missed = list.sum(&:missed)
-    next puts "| #{name} | - | - | - | - | - | - | - | - | - | - | #{missed} |" if ms.empty?
+    next puts "| #{name} | - | - | - | - | - | - | - | - | - | - | - | #{missed} |" if ms.empty?
     p99s = list.map { |r| Bench.percentile(r.client_ms.sort, 0.99) }.compact
     server = list.flat_map { |r| r.server_ms || [] }.sort
     last = list.map(&:last_write_ms).compact
@@ -106,7 +119,8 @@ COUNTS.each do |clients|
          "#{server.empty? ? "-" : "#{fmt(Bench.percentile(server, 0.5))} ms"} | " \
          "#{server.empty? ? "-" : "#{fmt(Bench.percentile(server, 0.99))} ms"} | " \
          "#{last.empty? ? "-" : "#{fmt(Bench.median(last))}, #{fmt(last.max)} ms"} | " \
-         "#{cpu.empty? ? "-" : "#{fmt(Bench.median(cpu))} us"} | #{objects.empty? ? "-" : fmt(Bench.median(objects), 2)} | #{missed} |"
+         "#{cpu.empty? ? "-" : "#{fmt(Bench.median(cpu))} us"} | #{objects.empty? ? "-" : fmt(Bench.median(objects), 2)} | " \
+         "#{fmt(Bench.median(list.map(&:process_cpu_us)), 0)} us | #{missed} |"
   end
   puts
   targets = (clients == 1000) ? "server p99 <= 15 ms, client p99 <= 25 ms" : "client p99 <= 150 ms"

@@ -69,6 +69,17 @@ class FanOutTest < Minitest::Test
     parked(@mw, 0)
   end
 
+  # A reply larger than the socket takes at once: the fast path leaves the rest pending, unindexes the
+  # client, and the event loop writes the rest as the reader drains it, then closes.
+  def test_a_reply_larger_than_the_socket_buffer
+    big = "🎉#{"x" * 3_000_000}"
+    sockets = Array.new(3) { |i| @server.request({"/chat" => nil}, client: "big#{i}", headers: {"Dont-Chunk" => "t"}, rcvbuf: 4096) }
+    parked(@mw, 3)
+    @bus.publish("/chat", big)
+    parked(@mw, 0) # unindexed at once, though most of each reply is still to go
+    sockets.each { |s| assert_equal [big], ids(JSON.parse(Server.read(s, timeout: 20)[2].force_encoding(Encoding::UTF_8))) }
+  end
+
   private
 
   def origin(i) = "https://o#{i % ORIGINS}.test"

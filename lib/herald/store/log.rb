@@ -38,8 +38,9 @@ module Herald
       attr_reader :dir, :fsync, :corrupt_records
 
       def initialize(dir:, fsync: :interval, segment_bytes: DEFAULT_SEGMENT_BYTES,
-        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE)
+        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 10)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
+        raise ArgumentError, "lock_timeout must be a positive number of seconds, got #{lock_timeout.inspect}" unless lock_timeout.is_a?(Numeric) && lock_timeout > 0
         raise ArgumentError, "Unknown fsync mode #{fsync.inspect}, expected one of #{Syncer::MODES.inspect}" unless Syncer::MODES.include?(fsync)
         raise ArgumentError, "segment_bytes must be a positive Integer, got #{segment_bytes.inspect}" unless segment_bytes.is_a?(Integer) && segment_bytes > 0
         @dir = dir.to_s
@@ -49,6 +50,7 @@ module Herald
         @max_backlog_size = max_backlog_size
         @max_backlog_age = max_backlog_age
         @corrupt_records = []
+        @lock_timeout = lock_timeout # how long an append waits for another process's write lock (WriteLease)
         open
       end
 

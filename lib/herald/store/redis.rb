@@ -238,7 +238,9 @@ module Herald
         reply = write { |r| call_script(r, command, Scripts::APPEND) }
         first = reply[2]
         saw(reply[0], first + requests.size - 1, reply[1] == 1)
-        requests.each_with_index.map do |request, i|
+        i = -1
+        requests.map do |request|
+          i += 1
           @notifier.notify(first + i, request[0])
           [first + i, reply[3 + i]]
         end

@@ -10,14 +10,15 @@ module Herald
       # no syscalls of their own, nor hand Ruby's GVL around once per record). One thread alone leads
       # every batch of one, and waits for nobody.
       module GroupCommit
-        Pending = Struct.new(:request, :message, :error, :done)
+        # Each waiting appender sleeps on its own condition variable: a finished batch wakes its own
+        # appenders, not every thread in the queue (a broadcast woke them all, to find most not done).
+        Pending = Struct.new(:request, :message, :error, :done, :cond)
         GATHER = 0.0005
 
         private
 
         def start_group_commit
           @commit_mutex = Mutex.new
-          @commit_cond = ConditionVariable.new
           @gathered = ConditionVariable.new
           @last_batch = 1
           @commit_queue = []
@@ -28,12 +29,12 @@ module Herald
 
         # request: [channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age]
         def commit_grouped(request)
-          pending = Pending.new(request)
+          pending = Pending.new(request, nil, nil, false, ConditionVariable.new)
           @commit_mutex.synchronize do
             @commit_queue << pending
             @gathered.signal
             until pending.done
-              @committing ? @commit_cond.wait(@commit_mutex) : lead_commit
+              @committing ? pending.cond.wait(@commit_mutex) : lead_commit
             end
             # Keep committing what queued meanwhile: the appenders just released need the GVL to come back,
             # and a leader already running starts the next batch sooner than a woken one would.
@@ -48,7 +49,6 @@ module Herald
         def end_direct_commit
           @committing = false
           lead_commit while !@committing && !@commit_queue.empty?
-          @commit_cond.broadcast
         end
 
         # Runs with @commit_mutex held; writes and syncs without it so the next batch can queue.
@@ -65,9 +65,14 @@ module Herald
             batch.each { |p| p.error = e }
           ensure
             @commit_mutex.lock
-            batch.each { |p| p.done = true }
+            batch.each do |p|
+              p.done = true
+              p.cond.signal
+            end
             @committing = false
-            @commit_cond.broadcast
+            # The thread finishing a batch leads the next itself; should it not (it raised), the head of
+            # the queue is woken to lead.
+            @commit_queue.first&.cond&.signal
           end
         end
 

@@ -29,7 +29,7 @@ module Herald
           @wakeup = new_wakeup
         end
 
-        def new_wakeup = Wakeup.new(@directory.join("wakeup"), on_lease_request: method(:give_lease)) { refresh }
+        def new_wakeup = Wakeup.new(@directory.join("wakeup"), on_lease_request: method(:give_lease), on_tick: method(:lease_tick)) { refresh }
 
         # In a forked child (a Puma worker of a preloading master): the parent's descriptors, locks and
         # threads are not ours. The index is (copy-on-write memory, same records as on disk), so keep it

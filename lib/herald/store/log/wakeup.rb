@@ -45,10 +45,11 @@ module Herald
 
         attr_reader :name
 
-        def initialize(dir, on_lease_request: nil, &on_wake)
+        def initialize(dir, on_lease_request: nil, on_tick: nil, &on_wake)
           @dir = dir
           @on_wake = on_wake
           @on_lease_request = on_lease_request
+          @on_tick = on_tick # after every wait; returns how long the next wait may be (nil: POLL)
           Wakeup.count += 1
           @name = "#{Process.pid}-#{Wakeup.count}.sock"
           @socket = bind
@@ -72,6 +73,13 @@ module Herald
             nil
           end
           dead&.each { |name| forget(name) }
+        end
+
+        # Wakes this store's own listener (it recomputes how long to wait: see WriteLease#lease_tick).
+        def nudge
+          @sender.sendmsg_nonblock(POKE, 0, address(@name), exception: false) if @socket
+        rescue SystemCallError, IOError
+          nil # closed: a closing store takes the lock for its last write, with no listener left
         end
 
         # True while this process listens (asked-for leases are heard): false without a socket, and in a
@@ -104,10 +112,11 @@ module Herald
         def address(name) = Socket.sockaddr_un(@prefix + name)
 
         def listen
+          timeout = POLL
           loop do
             asked = false
             if @socket
-              IO.select([@socket], nil, nil, POLL)
+              IO.select([@socket], nil, nil, timeout)
               while (data = @socket.recv_nonblock(64, exception: false)).is_a?(String)
                 asked ||= data == LEASE
               end
@@ -116,6 +125,7 @@ module Herald
             end
             call(@on_lease_request) if asked && @on_lease_request # first: a writer waits for it
             call(@on_wake)
+            timeout = (@on_tick&.call || POLL).clamp(0.001, POLL)
           end
         rescue IOError
           nil # closed

@@ -18,12 +18,19 @@ module Herald
       #
       # The kernel frees the flock when its holder dies (kill -9 included). A store whose wakeup socket could
       # not be bound cannot hear an asker, so it drops the lock after every append, as before.
+      #
+      # A holder that cannot answer (stopped by SIGSTOP or a suspended console, hung, or its listener kept
+      # from running) would keep everyone else from writing. So the listener drops a lease nobody used for
+      # IDLE, and a writer that waited `lock_timeout` seconds raises TimeoutError naming the holder's pid
+      # (after a warning at WAIT_WARN) instead of hanging.
       module WriteLease
         MIN_HOLD = 0.002
         STEP_BACK = 0.0005
         ASK_EVERY = 0.005
         POLL = 0.0001 # first wait between LOCK_NB attempts; doubles up to POLL_MAX
         POLL_MAX = 0.002
+        IDLE = 0.02
+        WAIT_WARN = 1.0
 
         private
 
@@ -32,6 +39,7 @@ module Herald
           @lease_fresh = false # taken since the last append: others may have appended
           @leased_at = 0.0
           @gave_lease_at = -STEP_BACK
+          @used_at = 0.0
         end
 
         # Runs the block holding the write lock; under @lock.
@@ -39,7 +47,11 @@ module Herald
           take_lease unless @leased
           yield
         ensure
-          drop_lease unless @wakeup&.listening?
+          if @wakeup&.listening?
+            @used_at = now
+          else
+            drop_lease
+          end
         end
 
         def take_lease
@@ -47,17 +59,58 @@ module Herald
           sleep step_back if step_back > 0
           wait = POLL
           asked_at = nil
+          started = now
+          warned = false
           until @write_lock.flock(File::LOCK_EX | File::LOCK_NB)
             if asked_at.nil? || now - asked_at > ASK_EVERY
               Wakeup.ask_for_lease(@directory.join("wakeup"), except: (@wakeup if @wakeup&.listening?))
               asked_at = now
             end
+            warned = waited_too_long(now - started, warned)
             sleep wait
             wait = [wait * 2, POLL_MAX].min
           end
           @leased = true
           @lease_fresh = true
           @leased_at = now
+          @wakeup&.nudge # its listener is to drop the lease once unused for IDLE: it must know it has one
+        end
+
+        # Raises once the wait reached lock_timeout; warns once past WAIT_WARN. Returns whether it warned.
+        def waited_too_long(waited, warned)
+          if waited >= @lock_timeout
+            raise TimeoutError, "#{@dir}: the log's write lock has been held by #{lock_holder} for #{@lock_timeout} s " \
+              "(a stopped or hung process?); nothing was written"
+          end
+          return warned if warned || waited < WAIT_WARN
+          Herald.logger.warn "#{@dir}: waiting for the log's write lock, held by #{lock_holder}"
+          true
+        end
+
+        # Who holds LOCK, from Linux's /proc/locks (pid, device:inode of the file).
+        def lock_holder
+          inode = ":#{@write_lock.stat.ino}"
+          File.foreach("/proc/locks") do |line|
+            fields = line.split
+            return "pid #{fields[4]}" if fields[1] == "FLOCK" && fields[5]&.end_with?(inode)
+          end
+          "another process"
+        rescue SystemCallError, IOError
+          "another process"
+        end
+
+        # Called by the Wakeup listener after every wait: drops a lease unused for IDLE, and returns how long
+        # the listener may wait before it looks again (nil: no lease, wait as long as it likes).
+        def lease_tick
+          return nil unless @leased
+          idle = now - @used_at
+          return IDLE - idle if idle < IDLE
+          @lock.synchronize do
+            drop_lease if @leased && !ForkTracker.forked?(@pid) && now - @used_at >= IDLE
+          end
+          nil
+        rescue IOError
+          nil # closed meanwhile
         end
 
         def drop_lease
@@ -66,14 +119,20 @@ module Herald
           @write_lock.flock(File::LOCK_UN)
         end
 
-        # Called by the Wakeup listener when another store asked for the lease.
+        # Called by the Wakeup listener when another store asked for the lease. A lease held less than
+        # MIN_HOLD is kept that long first (a busy writer gets a run of appends per handoff), measured under
+        # the store's lock: a lease taken while this thread waited for the lock is a new one.
         def give_lease
-          held = now - @leased_at
-          sleep MIN_HOLD - held if @leased && held < MIN_HOLD # a busy writer gets a run of appends per handoff
-          @lock.synchronize do
-            next unless @leased && !ForkTracker.forked?(@pid)
-            drop_lease
-            @gave_lease_at = now
+          loop do
+            wait = @lock.synchronize do
+              return unless @leased && !ForkTracker.forked?(@pid)
+              held = now - @leased_at
+              next MIN_HOLD - held if held < MIN_HOLD
+              drop_lease
+              @gave_lease_at = now
+              return
+            end
+            sleep wait
           end
         rescue IOError
           nil # closed meanwhile
