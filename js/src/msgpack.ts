@@ -1,10 +1,10 @@
 // A MessagePack decoder, decode-only, for what Herald sends: a stream of arrays of message maps.
 // It is small (about 1.3 KB gzip) and decodes one value at a time from any offset, so the stream reader
 // can hand each message of a 250,000-message backlog to its callbacks while the rest is still arriving.
-// What keeps it fast in Chromium, each measured (bench/js_client/RESULTS.md): one reused instance; ASCII
-// strings cut out of one Latin-1 reading of the bytes around them (no per-string decoding call, no
-// garbage); other short strings decoded in JavaScript into a reused array, long ones with TextDecoder;
-// a cache of short map keys; maps built by a constructor, so that V8 keeps all their properties inline.
+// What keeps it fast in Chromium, each measured (bench/js_client/RESULTS.md): one reused instance; strings
+// up to 200 bytes decoded in JavaScript into a reused array and made by one String.fromCharCode (a
+// TextDecoder call costs about 2 us there), longer ones with TextDecoder; a cache of short map keys; maps
+// built by a constructor, so that V8 keeps all their properties inline.
 
 /** Returned by {@link MessagePackDecoder.decode} when the bytes end before the value does. */
 export const INCOMPLETE: unique symbol = Symbol("incomplete");
@@ -27,8 +27,7 @@ export class ExtValue {
   constructor(readonly type: number, readonly data: Uint8Array) {}
 }
 
-const SHORT_STRING = 200; // bytes; longer non-ASCII strings go through TextDecoder (faster past this length)
-const LATIN_WINDOW = 16384; // bytes read as Latin-1 at a time: what a kept string can keep alive
+const SHORT_STRING = 200; // bytes; longer strings go through TextDecoder (faster past this length)
 const KEY_CACHE_MAX_LENGTH = 16;
 const KEY_CACHE_PER_LENGTH = 16;
 
@@ -51,10 +50,6 @@ export class Decoder implements MessagePackDecoder {
   private text = new TextDecoder("utf-8");
   private keys: Array<Array<{ bytes: Uint8Array; value: string }>> = [];
   private units: number[] = [];
-  private latin = ""; // bytes [latinStart, latinEnd) of b as Latin-1 text
-  private latinStart = 0;
-  private latinEnd = 0;
-  private latinDecoder = new TextDecoder("latin1");
 
   decode(bytes: Uint8Array, offset: number, length: number = bytes.length): unknown {
     this.at(bytes, offset, length);
@@ -80,12 +75,11 @@ export class Decoder implements MessagePackDecoder {
     }
   }
 
-  // Where the next decode or skip reads: the DataView and the Latin-1 text belong to one array.
+  // Where the next decode or skip reads (the DataView belongs to one array).
   private at(bytes: Uint8Array, offset: number, length: number): void {
     if (bytes !== this.b) {
       this.b = bytes;
       this.v = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
-      this.latinStart = this.latinEnd = 0;
     }
     this.p = offset;
     this.n = length;
@@ -94,8 +88,6 @@ export class Decoder implements MessagePackDecoder {
   release(): void {
     this.b = new Uint8Array(0);
     this.v = new DataView(this.b.buffer);
-    this.latin = "";
-    this.latinStart = this.latinEnd = 0;
   }
 
   private need(count: number): void {
@@ -199,24 +191,12 @@ export class Decoder implements MessagePackDecoder {
     const start = this.p;
     const end = start + length;
     this.p = end;
-    let i = start;
-    while (i < end && b[i] < 0x80) i++;
-    if (i === end) {
-      // ASCII: a substring of the text around it, read once (V8 makes a longer one a slice of that text,
-      // hence a window rather than the whole body).
-      if (start < this.latinStart || end > this.latinEnd) {
-        this.latinStart = start;
-        this.latinEnd = Math.min(this.n, Math.max(end, start + LATIN_WINDOW));
-        this.latin = this.latinDecoder.decode(b.subarray(start, this.latinEnd));
-      }
-      return this.latin.substring(start - this.latinStart, end - this.latinStart);
-    }
     if (length > SHORT_STRING) return this.text.decode(b.subarray(start, end));
     return this.utf8(start, end);
   }
 
-  // Short non-ASCII strings: UTF-16 units gathered in a reused array, then one String.fromCharCode (a `+=`
-  // per character made an intermediate string each). Invalid UTF-8 falls back to TextDecoder, which
+  // Short strings: UTF-16 units gathered in a reused array, then one String.fromCharCode (a `+=` per
+  // character made an intermediate string each). Invalid UTF-8 falls back to TextDecoder, which
   // substitutes U+FFFD as it does everywhere else.
   private utf8(start: number, end: number): string {
     const b = this.b;

@@ -76,7 +76,7 @@ test("every strict prefix of a value is INCOMPLETE, for decode and skip", () => 
   assert.deepEqual(decoder.decode(bytes, 0, bytes.length), value);
 });
 
-test("ASCII text read again from before the Latin-1 window a failed attempt moved forward", () => {
+test("a value decoded again after an attempt that ran out of bytes", () => {
   const value = ["a".repeat(10000), "b".repeat(10000), { key: "c".repeat(10000) }];
   const bytes = encode(value);
   assert.equal(decoder.decode(bytes, 0, bytes.length - 5), INCOMPLETE);
