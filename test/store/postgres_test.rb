@@ -96,6 +96,24 @@ class PostgresStoreTest < Minitest::Test
     s&.close
   end
 
+  # A store that waited on the migration lock while another migrated (two processes starting on a new table),
+  # or `herald migrate` run while the app publishes, finds the schema current and takes no table lock. It
+  # ran the DDL again: ALTER TABLE waited behind any open append (queueing every later one behind it), and
+  # beside a store's first appends the two lock orders deadlocked ("deadlock detected" in CI).
+  def test_migrating_a_current_schema_takes_no_table_lock
+    append("/m", "first")
+    appender = PG.connect(url)
+    tail = Herald::Store::Packed.tail("/m", json_codec.encode("open"), json_codec, Time.now.to_f, 60, nil, nil, nil, nil)
+    appender.exec("BEGIN")
+    appender.exec_params("SELECT * FROM #{@store.table}_append('/m', $1, 1000, $2)", [{value: tail, format: 1}, Time.now.to_f + 60])
+    twin = twin_store(@store)
+    Timeout.timeout(5) { twin.migrate! }
+    appender.exec("COMMIT")
+    assert_equal %w[first open], twin.backlog("/m", 0).map { |m| m.data }
+  ensure
+    appender&.close
+  end
+
   def test_store_from_url
     %w[postgres postgresql].each do |scheme|
       s = Herald::Store.from_url(url.sub(/\Apostgres/, scheme))

@@ -38,7 +38,7 @@ module Herald
       attr_reader :dir, :fsync, :corrupt_records
 
       def initialize(dir:, fsync: :interval, segment_bytes: DEFAULT_SEGMENT_BYTES,
-        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 10)
+        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 30)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ArgumentError, "lock_timeout must be a positive number of seconds, got #{lock_timeout.inspect}" unless lock_timeout.is_a?(Numeric) && lock_timeout > 0
         raise ArgumentError, "Unknown fsync mode #{fsync.inspect}, expected one of #{Syncer::MODES.inspect}" unless Syncer::MODES.include?(fsync)

@@ -90,7 +90,10 @@ module Herald
         quiet(conn)
         conn.transaction do
           conn.exec("SELECT pg_advisory_xact_lock(hashtext('herald migrate #{@table}'))")
-          conn.exec(Schema.sql(@table, notify_channel))
+          # Checked again under the lock: a store that waited here while another migrated must not run the DDL
+          # again. ALTER TABLE and CREATE INDEX lock the tables even when nothing changes, in the opposite
+          # order to an append's: beside the other store's first appends that was a deadlock.
+          conn.exec(Schema.sql(@table, notify_channel)) unless Schema.current?(conn, @table)
         end
         self
       ensure

@@ -159,7 +159,11 @@ module Herald
             end
             break if segment.size < @segment_bytes
             following = @directory.segment_ids.find { |id| id > segment.first_id } or break
-            add_segment(following)
+            begin
+              add_segment(following)
+            rescue Errno::ENOENT
+              next # deleted since the listing: retention retired it (a writer deletes only what nobody retains)
+            end
           end
           @appended.broadcast if @index.last_global_id > before
         end

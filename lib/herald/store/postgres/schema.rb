@@ -12,6 +12,13 @@ module Herald
       module Schema
         VERSION = 4
 
+        # The tables are at VERSION and the append function exists: nothing to do.
+        def self.current?(conn, t)
+          return false unless conn.exec("SELECT to_regprocedure('#{t}_append(text,bytea,bigint,float8)')").getvalue(0, 0)
+          meta = conn.exec("SELECT version FROM #{t}_meta WHERE id = 1")
+          meta.ntuples == 1 && meta.getvalue(0, 0).to_i >= VERSION
+        end
+
         def self.sql(t, notify)
           <<~SQL
             CREATE TABLE IF NOT EXISTS #{t}_meta (id int PRIMARY KEY CHECK (id = 1), epoch text NOT NULL,
