@@ -52,6 +52,7 @@ require_relative "herald/rack/wire"              # the bytes of a message on the
 require_relative "herald/rack/poll_request"      # parsing and checking what a client sends
 require_relative "herald/rack/client"            # who polls, where it is, what it may see
 require_relative "herald/rack/connection"        # a parked client: modes and encodings
+require_relative "herald/rack/pending_writes"    # bytes queued for a non-blocking socket
 require_relative "herald/rack/socket_connection" # ... on a hijacked socket (Puma)
 require_relative "herald/rack/queue_connection"  # ... through a Rack body (Falcon, fallback)
 require_relative "herald/rack/reactor"           # the one event loop holding parked clients

@@ -7,6 +7,8 @@ module Herald
     # when the socket turns writable; a client whose buffer passes `max_buffer` bytes, or that has not taken
     # a byte for `write_timeout` seconds, is dropped, so one stalled reader never slows the others.
     class SocketConnection < Connection
+      include PendingWrites
+
       attr_accessor :monitor
       attr_reader :io, :stalled_since, :extra_headers
 
@@ -41,17 +43,10 @@ module Herald
       # Bytes for the client; never blocks.
       def write(bytes)
         return if @closed
-        if @pending
-          @pending << bytes
-          @pending_bytes += bytes.bytesize
-          drop if @pending_bytes > @max_buffer
-          return
-        end
-        written = @io.write_nonblock(bytes, exception: false)
-        return if written == bytes.bytesize
-        rest = written.is_a?(Integer) ? bytes.byteslice(written, bytes.bytesize - written) : bytes
-        @pending = [rest]
-        @pending_bytes = rest.bytesize
+        queued = !@pending.nil?
+        return if write_or_queue(bytes)
+        return drop if queued && @pending_bytes > @max_buffer
+        return if queued
         @stalled_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         @want_write&.call(self)
       rescue IOError, SystemCallError
@@ -60,19 +55,7 @@ module Herald
 
       # The socket is writable: hand the kernel what it takes. Returns true when everything was written.
       def flush
-        while (bytes = @pending&.first)
-          written = @io.write_nonblock(bytes, exception: false)
-          return false unless written.is_a?(Integer)
-          @stalled_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-          @pending_bytes -= written
-          if written == bytes.bytesize
-            @pending.shift
-          else
-            @pending[0] = bytes.byteslice(written, bytes.bytesize - written)
-            return false
-          end
-        end
-        @pending = nil
+        return false unless drain { @stalled_since = Process.clock_gettime(Process::CLOCK_MONOTONIC) }
         @stalled_since = nil
         drop if @closing
         true

@@ -11,6 +11,8 @@ module Herald
     # #next_request returns nil (more bytes needed) or a complete request [env, body]; a request that
     # cannot be served raises RequestRefused with the status to answer (the connection is closed after it).
     class HttpConnection
+      include Herald::Rack::PendingWrites
+
       RequestRefused = Class.new(StandardError) do
         attr_reader :status
 
@@ -34,7 +36,7 @@ module Herald
         @max_body = max_body
         @parser = Puma::HttpParser.new
         @buffer = +"".b
-        @out = nil # strings not yet taken by the kernel
+        @pending = nil # strings not yet taken by the kernel (PendingWrites)
         @pending_bytes = 0
         @busy = false # the request is with the thread pool: read nothing more until it answers
         @close_after = false # close once the reply is out
@@ -54,7 +56,7 @@ module Herald
         @remote_addr = "127.0.0.1"
       end
 
-      def writing? = !@out.nil?
+      def writing? = !@pending.nil?
 
       def idle? = @buffer.empty? && !@head
 
@@ -96,43 +98,22 @@ module Herald
 
       # Bytes for the client; never blocks. True when the kernel took everything.
       def write(bytes)
-        if @out
-          @out << bytes
-          @pending_bytes += bytes.bytesize
-          return false
-        end
-        written = @io.write_nonblock(bytes, exception: false)
-        return true if written == bytes.bytesize
-        rest = written.is_a?(Integer) ? bytes.byteslice(written, bytes.bytesize - written) : bytes
-        @out = [rest]
-        @pending_bytes = rest.bytesize
-        @deadline = now + @timeout
+        queued = !@pending.nil?
+        return true if write_or_queue(bytes)
+        @deadline = now + @timeout unless queued
         false
       rescue IOError, SystemCallError
         @eof = true
-        @out = nil
+        @pending = nil
         true
       end
 
       # The socket turned writable. True when everything is out.
       def flush
-        while (bytes = @out&.first)
-          written = @io.write_nonblock(bytes, exception: false)
-          return false unless written.is_a?(Integer)
-          @deadline = now + @timeout
-          @pending_bytes -= written
-          if written == bytes.bytesize
-            @out.shift
-          else
-            @out[0] = bytes.byteslice(written, bytes.bytesize - written)
-            return false
-          end
-        end
-        @out = nil
-        true
+        drain { @deadline = now + @timeout }
       rescue IOError, SystemCallError
         @eof = true
-        @out = nil
+        @pending = nil
         true
       end
 

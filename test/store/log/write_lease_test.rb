@@ -12,6 +12,7 @@ class LogWriteLeaseTest < Minitest::Test
   end
 
   def teardown
+    kill_children
     @stores&.each(&:close)
     FileUtils.rm_rf(@dir)
   end
@@ -103,55 +104,27 @@ class LogWriteLeaseTest < Minitest::Test
   # A process stopped after publishing (SIGSTOP, a console suspended with ^Z) hears no one asking for its
   # lease: its listener drops the lease once unused for IDLE, so others keep writing.
   def test_a_process_stopped_after_publishing_does_not_keep_others_from_writing
-    r, w = IO.pipe
-    pid = fork do
-      r.close
-      store = Herald::Store::Log.new(dir: @dir, fsync: :never)
-      append(store, "/a", "before the stop")
-      w.puts "published"
-      sleep
-    end
-    w.close
-    assert_equal "published", Timeout.timeout(10) { r.gets }&.chomp
+    pid = sleeping_child { append(Herald::Store::Log.new(dir: @dir, fsync: :never), "/a", "before the stop") }
     sleep 0.2 # well past IDLE: its listener has dropped the lease
     Process.kill(:STOP, pid)
     store = Herald::Store::Log.new(dir: @dir, fsync: :never, lock_timeout: 5).tap { |s| (@stores ||= []) << s }
     assert_equal 2, Timeout.timeout(8) { append(store, "/a", "while it is stopped") }.message_id
-  ensure
-    if pid
-      Process.kill(:KILL, pid)
-      Process.wait(pid)
-    end
   end
 
   # A holder that never lets go (stopped holding it, hung): an append waits lock_timeout, warns on the way,
   # then raises TimeoutError naming the holder's pid, and writes nothing. Once the holder is gone, it writes.
   def test_a_lock_never_given_up_is_a_timeout_naming_its_holder_not_a_hang
     store = Herald::Store::Log.new(dir: @dir, fsync: :never, lock_timeout: 1.3).tap { |s| (@stores ||= []) << s }
-    r, w = IO.pipe
-    pid = fork do
-      r.close
-      File.new(File.join(@dir, "LOCK"), File::RDWR).flock(File::LOCK_EX)
-      w.puts "locked"
-      sleep
-    end
-    w.close
-    assert_equal "locked", Timeout.timeout(10) { r.gets }&.chomp # once the store's listener dropped its lease
+    # (it gets the lock once the store's listener dropped its lease)
+    pid = sleeping_child { File.new(File.join(@dir, "LOCK"), File::RDWR).flock(File::LOCK_EX) }
     log = capture_log do
       error = assert_raises(Herald::TimeoutError) { Timeout.timeout(10) { append(store, "/a", "x") } }
       assert_includes error.message, "held by pid #{pid}"
     end
     assert_includes log, "waiting for the log's write lock, held by pid #{pid}"
-    Process.kill(:KILL, pid)
-    Process.wait(pid)
-    pid = nil
+    kill_children
     assert_equal 1, append(store, "/a", "after").message_id
     assert_equal ["after"], open_store.backlog("/a", 0).map(&:data)
-  ensure
-    if pid
-      Process.kill(:KILL, pid)
-      Process.wait(pid)
-    end
   end
 
   def test_lock_timeout_must_be_a_positive_number
@@ -161,6 +134,31 @@ class LogWriteLeaseTest < Minitest::Test
   end
 
   private
+
+  # Forks a child that runs the block, says so, and sleeps until killed (teardown); its pid once it said so.
+  def sleeping_child
+    r, w = IO.pipe
+    pid = fork do
+      r.close
+      yield
+      w.puts "done"
+      sleep
+    end
+    (@children ||= []) << pid
+    w.close
+    assert_equal "done", Timeout.timeout(10) { r.gets }&.chomp
+    pid
+  ensure
+    r&.close
+  end
+
+  def kill_children
+    @children&.each do |pid|
+      Process.kill(:KILL, pid)
+      Process.wait(pid)
+    end
+    @children = nil
+  end
 
   def capture_log
     out = StringIO.new
