@@ -212,16 +212,11 @@ module Herald
         readers = @index[Client.key(msg.channel, msg.site_id)] or return
         trace = @trace&.start(msg)
         open = msg.client_ids || msg.user_ids || msg.group_ids || !@filters.empty?
-        channel = msg.channel
-        id = msg.message_id
         replies = {} # extra header lines => the shared reply bytes
         answered = []
         others = nil
         readers.each_key do |conn|
-          positions = conn.client.positions
-          next if id <= (positions[channel] || 0)
-          positions[channel] = id
-          next if open && !allowed?(conn, msg)
+          next unless take?(conn, msg, check: open)
           if conn.shared_reply?
             conn.write_reply(replies[conn.extra_headers] ||= @wire.poll_reply(msg, conn.extra_headers))
             answered << conn
@@ -248,13 +243,14 @@ module Herald
         false
       end
 
-      # Moves the client's position past msg; true when the client may see it. A failing client message
-      # filter drops that one client and never stops the fan-out.
-      def take?(conn, msg)
+      # Moves the client's position past msg; true when the client may see it (check: false for a message
+      # nobody is kept from: untargeted, no filters). A failing client message filter drops that one client
+      # and never stops the fan-out.
+      def take?(conn, msg, check: true)
         positions = conn.client.positions
         return false if msg.message_id <= (positions[msg.channel] || 0)
         positions[msg.channel] = msg.message_id
-        allowed?(conn, msg)
+        !check || allowed?(conn, msg)
       end
 
       def deliver(conn, msgs)
