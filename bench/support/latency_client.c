@@ -182,6 +182,22 @@ static void send_poll(conn_t *c, int port, long last_id) {
   write_all(c->fd, req, rlen);
 }
 
+/* LATENCY_DEBUG=1: on stderr, when the server stamped the publish ("st") and when the first and last replies
+ * came, all after the client's "t" (ms). */
+static void debug(conn_t *conns, int clients) {
+  double first = 1e18, last = 0, st = -1, t = -1;
+  for (int i = 0; i < clients; i++) {
+    conn_t *c = &conns[i];
+    if (!c->done || sent_time(c) < 0) continue;
+    t = sent_time(c);
+    char *s = strstr(c->buf + c->body_at, "\"st\":");
+    if (s) st = strtod(s + 5, NULL);
+    if (c->arrived < first) first = c->arrived;
+    if (c->arrived > last) last = c->arrived;
+  }
+  fprintf(stderr, "t->st %.2f ms, t->first %.2f ms, t->last %.2f ms\n", (st - t) * 1e3, (first - t) * 1e3, (last - t) * 1e3);
+}
+
 static long round_trip(int port, int clients, long last_id) {
   conn_t *conns = calloc(clients, sizeof *conns);
   int ep = epoll_create1(0);
@@ -232,6 +248,7 @@ static long round_trip(int port, int clients, long last_id) {
   }
   printf("]\n");
   fflush(stdout);
+  if (getenv("LATENCY_DEBUG")) debug(conns, clients);
   close(ep);
   free(conns);
   return published > 0 ? published : last_id;
