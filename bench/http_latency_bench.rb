@@ -11,7 +11,9 @@
 # so on 2 shared cores it leaves the CPU to the server being measured; the Ruby client
 # (bench/support/http_clients.rb, nio4r; BENCH_CLIENT=ruby, and the fallback without a C compiler) spends
 # tens of microseconds per reply, as much as the server's writes, so its figures were largely its own.
-# Every row uses the same client. "client CPU/client" is the client process's own CPU per reply.
+# Every row uses the same client. "client CPU/client": the client process's own CPU per client over the round
+# (connecting and sending the poll included: 10 ms ticks), and from the publish to the last reply (the C client
+# only, its own clock).
 #
 # The server stamps its own clock when the publish request arrives, and its event loop records when it
 # handed each reply to the kernel (bench/support/fan_out_trace.rb): the server-side latency of a client is
@@ -59,7 +61,7 @@ end
 CLIENT = client_command
 CLIENT_NAME = (CLIENT.first == RbConfig.ruby) ? "Ruby (nio4r)" : "C (epoll)"
 
-Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects, :process_cpu_us, :client_cpu_us)
+Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects, :process_cpu_us, :client_cpu_us, :client_wait_cpu_us)
 
 # CPU seconds of the server and its worker processes (a worker row's parent only forks and waits).
 def server_cpu(pid)
@@ -70,12 +72,13 @@ rescue Errno::ENOENT
 end
 
 # One round (one publish to `clients` parked polls).
-def measure_round(server, clients)
+def measure_round(server, clients, traced:)
   command = [*CLIENT, server.port.to_s, clients.to_s, "1"]
   Bench::FanOutTrace.collect(server.dir) # forget the warm-up's
   cpu_before = server_cpu(server.pid)
   client_before = Process.times.then { |t| t.cutime + t.cstime }
-  lines = IO.popen(command, &:readlines).map { |line| JSON.parse(line) }
+  lines = IO.popen({"LATENCY_STATS" => "1"}, command, &:readlines).map { |line| JSON.parse(line) }
+  stats = lines.last.is_a?(Hash) ? lines.pop : {}
   process_cpu = server_cpu(server.pid) - cpu_before
   client_cpu = Process.times.then { |t| t.cutime + t.cstime } - client_before
   raise "client process failed" unless $?.success? && lines.size == 1
@@ -83,8 +86,22 @@ def measure_round(server, clients)
   round = Round.new(samples.compact.map { |s| s * 1000 }, samples.count(&:nil?) + (clients - samples.size))
   round.process_cpu_us = process_cpu * 1e6 / clients
   round.client_cpu_us = client_cpu * 1e6 / clients
-  server_side(round, Bench::FanOutTrace.collect(server.dir))
+  round.client_wait_cpu_us = stats["wait_cpu"] && stats["wait_cpu"] * 1e6 / clients
+  server_side(round, round_traces(server.dir, clients, traced: traced))
   round
+end
+
+# The round's fan-out records. A loop writes its record after its closes, which on a loaded machine can end
+# after the client is done: wait for them (up to 3 s) rather than lose the round's server-side figures.
+def round_traces(dir, clients, traced:)
+  traces = {}
+  deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + (traced ? 3 : 0)
+  loop do
+    Bench::FanOutTrace.collect(dir).each { |id, records| (traces[id] ||= []).concat(records) }
+    answered = traces.values.map { |list| list.sum { |r| r["answered"] } }.max || 0
+    return traces if answered >= clients || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    sleep 0.05
+  end
 end
 
 # The fan-out of the round's message, from every worker process that holds clients of it.
@@ -111,7 +128,12 @@ load_before = Bench.loadavg
 results = Hash.new { |h, k| h[k] = Hash.new { |hh, kk| hh[kk] = [] } }
 Bench.with_http_servers(IMPLS) do |servers|
   COUNTS.each do |clients|
-    ROUNDS.times { servers.each { |name, server| results[clients][name] << measure_round(server, clients) } }
+    ROUNDS.times do
+      servers.each do |name, server|
+        traced = IMPLS[name].is_a?(Array) && IMPLS[name][1].include?("--trace")
+        results[clients][name] << measure_round(server, clients, traced: traced)
+      end
+    end
   end
 end
 load_after = Bench.loadavg
@@ -131,10 +153,11 @@ COUNTS.each do |clients|
        "CPU and objects: the event loops' thread CPU time and allocations per answered client (writes, unindexing, " \
        "closes), which do not depend on the machine's load; server CPU: the whole server's (every process, /proc) over the " \
        "round per client, accepting and parking its poll as well as answering it, for message_bus too (10 ms ticks); client CPU: " \
-       "the client process's over the round per client (connecting, reading, parsing). Load average #{load_before} before, #{load_after} after " \
+       "the client process's per client, over the round (connecting and sending the poll too) and from the publish to the last reply " \
+       "(reading; the C client only). Load average #{load_before} before, #{load_after} after " \
        "(2 cores shared with other work). #{Bench.store_note}", ""
   puts "| | client p50 | client p99 | per-round p99 (min-max) | max | p99 vs #{base_name} | server p50 | server p99 | " \
-       "last write (median, max) | CPU/client | objects/client | server CPU/client | client CPU/client | missed |",
+       "last write (median, max) | CPU/client | objects/client | server CPU/client | client CPU/client (round, reading) | missed |",
     "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   rows.each do |name, list|
     ms = list.flat_map(&:client_ms).sort
@@ -152,7 +175,7 @@ COUNTS.each do |clients|
          "#{server.empty? ? "-" : "#{fmt(Bench.percentile(server, 0.99))} ms"} | " \
          "#{last.empty? ? "-" : "#{fmt(Bench.median(last))}, #{fmt(last.max)} ms"} | " \
          "#{cpu.empty? ? "-" : "#{fmt(Bench.median(cpu))} us"} | #{objects.empty? ? "-" : fmt(Bench.median(objects), 2)} | " \
-         "#{fmt(Bench.median(list.map(&:process_cpu_us)), 0)} us | #{fmt(Bench.median(list.map(&:client_cpu_us)), 0)} us | #{missed} |"
+         "#{fmt(Bench.median(list.map(&:process_cpu_us)), 0)} us | #{fmt(Bench.median(list.map(&:client_cpu_us)), 0)}, #{fmt(Bench.median(list.filter_map(&:client_wait_cpu_us).then { |l| l.empty? ? [nil] : l }))} us | #{missed} |"
   end
   puts
   targets = (clients == 1000) ? "server p99 <= 15 ms, client p99 <= 25 ms" : "client p99 <= 150 ms"

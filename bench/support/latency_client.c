@@ -9,11 +9,13 @@
  * publishes a warm-up message on /lat (POST /test/publish) for the current last id; then per round opens
  * CLIENTS connections, each sending one message_bus long poll (POST /message-bus/<id>/poll, Dont-Chunk,
  * form body "%2Flat=<last id>"), sleeps max(1.5 s, CLIENTS/2000 s) so that every poll parks, publishes one
- * message {"t": <CLOCK_REALTIME>} without waiting for its answer, and waits with epoll (level-triggered, one
- * read per ready socket per wakeup). A reply is complete when its body has content-length bytes (or ends
- * with "]" without a content-length, or the server closed the socket); its arrival is stamped with
+ * message {"t": <CLOCK_REALTIME>} without waiting for its answer, and waits with epoll (one read per ready
+ * socket per wakeup; one-shot, so a reply that comes in one piece costs one read(2) and no epoll_ctl). A reply
+ * is complete when its body has content-length bytes (or ends with "]" without a content-length, or the
+ * server closed the socket); its arrival is stamped with
  * CLOCK_REALTIME right after the read that completed it. Latency = arrival - the "t" found in the reply
- * (null when the reply did not carry the message). Prints one JSON array of latencies in seconds per round.
+ * (null when the reply did not carry the message). Prints one JSON array of latencies in seconds per round;
+ * with LATENCY_STATS=1, then a line {"wait_cpu": s}: the client's CPU from the publish to the last reply.
  * Nothing is parsed or closed until every client has its reply (or 20 s passed).
  */
 #define _GNU_SOURCE
@@ -33,6 +35,7 @@
 
 #define DEADLINE_S 20.0
 #define EVENTS 4096
+#define BUF 2048 /* bytes per connection to start with: a reply is ~300 */
 
 typedef struct {
   int fd;
@@ -41,12 +44,19 @@ typedef struct {
   long content_length; /* -1: not known yet or absent */
   size_t body_at;      /* 0: head not complete yet */
   int done;
+  int owned; /* buf was malloc'd for this connection (grown), not a slice of the round's arena */
   double arrived;
 } conn_t;
 
 static double now_real(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double cpu_now(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
   return ts.tv_sec + ts.tv_nsec / 1e9;
 }
 
@@ -110,10 +120,14 @@ static int complete(conn_t *c) {
 
 /* One read; marks the connection done (and stamps it) when its reply is complete or the server closed it. */
 static void on_readable(conn_t *c) {
-  if (c->cap - c->len < 4096) {
-    c->cap *= 2;
-    c->buf = realloc(c->buf, c->cap);
-    if (!c->buf) die("realloc");
+  if (c->cap - c->len < 1024) {
+    char *grown = malloc(c->cap * 4);
+    if (!grown) die("malloc");
+    memcpy(grown, c->buf, c->len);
+    if (c->owned) free(c->buf);
+    c->buf = grown;
+    c->cap *= 4;
+    c->owned = 1;
   }
   ssize_t n = read(c->fd, c->buf + c->len, c->cap - c->len - 1);
   if (n < 0 && (errno == EAGAIN || errno == EINTR)) return;
@@ -186,8 +200,10 @@ static void send_poll(conn_t *c, int port, long last_id) {
  * came, all after the client's "t" (ms). */
 static void debug(conn_t *conns, int clients) {
   double first = 1e18, last = 0, st = -1, t = -1;
+  int shown = 0;
   for (int i = 0; i < clients; i++) {
     conn_t *c = &conns[i];
+    if (c->done && sent_time(c) < 0 && shown++ < 2) fprintf(stderr, "reply without the message: %s\n", c->buf + c->body_at);
     if (!c->done || sent_time(c) < 0) continue;
     t = sent_time(c);
     char *s = strstr(c->buf + c->body_at, "\"st\":");
@@ -200,20 +216,23 @@ static void debug(conn_t *conns, int clients) {
 
 static long round_trip(int port, int clients, long last_id) {
   conn_t *conns = calloc(clients, sizeof *conns);
+  char *arena = malloc((size_t)clients * BUF);
   int ep = epoll_create1(0);
-  if (!conns || ep < 0) die("setup");
+  if (!conns || !arena || ep < 0) die("setup");
   for (int i = 0; i < clients; i++) {
     conn_t *c = &conns[i];
-    c->cap = 2048;
-    c->buf = malloc(c->cap);
+    c->cap = BUF;
+    c->buf = arena + (size_t)i * BUF;
     c->content_length = -1;
     send_poll(c, port, last_id);
-    struct epoll_event ev = {.events = EPOLLIN, .data.ptr = c};
+    /* One-shot: a socket reports once, then is re-armed only while its reply is incomplete (no DEL per reply). */
+    struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = c};
     if (epoll_ctl(ep, EPOLL_CTL_ADD, c->fd, &ev) < 0) die("epoll_ctl");
   }
   double park = clients / 2000.0;
   usleep((useconds_t)((park > 1.5 ? park : 1.5) * 1e6)); /* let every poll reach the server and park */
 
+  double cpu_start = cpu_now();
   int publisher = send_publish(port, now_real());
   int done = 0;
   double deadline = now_mono() + DEADLINE_S;
@@ -228,11 +247,14 @@ static long round_trip(int port, int clients, long last_id) {
       conn_t *c = events[i].data.ptr;
       on_readable(c);
       if (c->done) {
-        epoll_ctl(ep, EPOLL_CTL_DEL, c->fd, NULL);
         done++;
+      } else {
+        struct epoll_event ev = {.events = EPOLLIN | EPOLLONESHOT, .data.ptr = c};
+        epoll_ctl(ep, EPOLL_CTL_MOD, c->fd, &ev);
       }
     }
   }
+  double wait_cpu = cpu_now() - cpu_start;
   long published = read_reply_id(publisher);
   close(publisher);
 
@@ -244,12 +266,14 @@ static long round_trip(int port, int clients, long last_id) {
     if (t > 0) printf("%.6f", c->arrived - t);
     else printf("null");
     close(c->fd);
-    free(c->buf);
+    if (c->owned) free(c->buf);
   }
   printf("]\n");
+  if (getenv("LATENCY_STATS")) printf("{\"wait_cpu\":%.6f}\n", wait_cpu);
   fflush(stdout);
   if (getenv("LATENCY_DEBUG")) debug(conns, clients);
   close(ep);
+  free(arena);
   free(conns);
   return published > 0 ? published : last_id;
 }
@@ -278,6 +302,8 @@ int main(int argc, char **argv) {
   }
   srandom((unsigned)(now_real() * 1e6) ^ (unsigned)getpid());
   long last_id = warm_up(port);
+  usleep(200000); /* worker processes learn of the warm-up through the log's wakeup: a poll for an id a worker
+                     has not seen yet would be answered at once with a status, not parked */
   for (int r = 0; r < rounds; r++) last_id = round_trip(port, clients, last_id);
   return 0;
 }
