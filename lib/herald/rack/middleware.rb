@@ -41,8 +41,14 @@ module Herald
         # ->(env, error) { [status, headers, body] or nil }, as message_bus's on_middleware_error: maps an
         # exception raised while answering (a lookup that fails, a broken pipe) to a response. Without it,
         # or when it returns nil, the error is logged and raised on to the app server.
-        on_middleware_error: nil
+        on_middleware_error: nil,
+        # A repeated poll (the same channels and positions, client id aside) is answered with the reply body
+        # built for the first while the store is unchanged, for at most a second (ReplyCache). Only when no
+        # user/group/site lookup or filter makes replies differ between clients. false: every poll is built.
+        reply_cache: true
       }.freeze
+      # Lookups whose answer changes which messages a client gets: with any of them set, no reply is shared.
+      PER_CLIENT = %i[user_id_lookup group_ids_lookup site_id_lookup].freeze
 
       # The path prefix this middleware answers ("/message-bus/" by default): herald server answers these
       # requests on its event loop.
@@ -53,10 +59,12 @@ module Herald
         raise ArgumentError, "Unknown option #{unknown.first.inspect}, expected one of #{DEFAULTS.keys.inspect}" if unknown.any?
         @app = app
         @bus = bus # nil: Herald's default bus, looked up per request (see #bus)
-        @options = DEFAULTS.merge(options)
+        @options = DEFAULTS.merge(options).freeze
         @prefix = "#{normalize_base(@options[:base_route])}message-bus/"
         @wire = Wire.new
         @filters = @options[:client_message_filters].to_a.freeze
+        @shareable = @filters.empty? && PER_CLIENT.none? { |name| @options[name] }
+        @reply_cache = nil
         @on_error = @options[:on_error] || ->(e) { Herald.logger.warn "http transport: #{e.class}: #{e.message}" }
         @lock = Mutex.new
         @reactor = nil
@@ -84,6 +92,18 @@ module Herald
           @pid = ForkTracker.pid
           @reactor
         end
+      end
+
+      # True when a poll's reply may depend on nothing but the request and the store (see Responder#shared).
+      def shareable? = @shareable
+
+      # The ReplyCache of the current store (a new bus after Herald.reset! starts an empty one); nil when off.
+      def reply_cache
+        return nil unless @options[:reply_cache]
+        store = bus.store
+        cache = @reply_cache
+        return cache if cache&.for?(store)
+        @reply_cache = ReplyCache.new(store: store, prefix: @prefix)
       end
 
       def active_clients = (@pid == ForkTracker.pid && @reactor) ? @reactor.size : 0

@@ -13,10 +13,10 @@ module Herald
       EPOCH_SAFE = /\A[\x21-\x7e]{1,100}\z/
       POLL = "poll.herald"
       # Set in the env of an immediate reply that depends only on the request and the store's contents,
-      # not on who asked: herald server's front end may give the same bytes to the same request until the
-      # store changes (Herald::Server::ReplyCache).
+      # not on who asked: herald server's front end may give the same bytes, headers included, to the same
+      # request until the store changes (ReplyCache). Not with extra_response_headers_lookup: the middleware's
+      # own cache shares the body then, and the headers are looked up for each request.
       SHARED_REPLY = "herald.shared_reply"
-      LOOKUPS = %i[user_id_lookup group_ids_lookup site_id_lookup extra_response_headers_lookup].freeze
 
       def initialize(middleware, env, client_id, action)
         @mw = middleware
@@ -42,11 +42,15 @@ module Herald
         request = if sse
           PollRequest.from_query(@env["QUERY_STRING"].to_s, max_channels: @options[:max_channels])
         else
-          PollRequest.from_env(@env, max_body_bytes: @options[:max_body_bytes], max_channels: @options[:max_channels])
+          if cacheable?
+            body = PollRequest.body(@env, @options[:max_body_bytes])
+            hit = cached(body) and return hit
+          end
+          PollRequest.from_env(@env, max_body_bytes: @options[:max_body_bytes], max_channels: @options[:max_channels], body: body)
         end
         @payload[:channels] = request.channels.size if @payload
         client = build_client(request)
-        snapshot = @mw.bus.store.last_global_id
+        snapshot = @stamp = @mw.bus.store.last_global_id # before anything is read: a publish after it ends a cached reply
         msgs, status = sse ? sse_backlog(client, request) : backlog(client, request)
         respond(client, msgs, status, snapshot, sse)
       end
@@ -153,19 +157,38 @@ module Herald
 
       def reply(msgs, status)
         @payload[:messages] = msgs.size if @payload
-        if msgpack?
-          [200, headers(Middleware::MSGPACK_TYPE), [@mw.wire.msgpack_array(msgs, status)]]
-        else
-          [200, headers(Middleware::JSON_TYPE), [@mw.wire.json_array(msgs, status)]]
-        end
+        reply_of(msgpack? ? @mw.wire.msgpack_array(msgs, status) : @mw.wire.json_array(msgs, status))
       end
 
-      # Not for an instrumented request (each gets its event), lookups or filters (they see the env), a
-      # targeted message sent or withheld (client_ids: the reply depends on the client id) or forced channels.
+      # A fresh headers Hash and body Array each time: middleware in front of us may add to them.
+      def reply_of(body) = [200, headers(msgpack? ? Middleware::MSGPACK_TYPE : Middleware::JSON_TYPE), [body]]
+
+      # A poll whose reply may be shared (Middleware#shareable?: no lookup that changes what a client sees,
+      # no filters) and not instrumented (each such poll gets its event): the middleware's ReplyCache body
+      # for the same request if it holds one; else nil, and #shared keeps this request's reply there.
+      def cached(body)
+        cache = @mw.reply_cache or return nil
+        key = cache.key(@env, @action, body) or return nil
+        hit = cache.fetch(key)
+        unless hit
+          @cache = cache # the store's cache: one for another store (Herald.reset!) is never asked again
+          @cache_key = key
+          return nil
+        end
+        @env[SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
+        reply_of(hit)
+      end
+
+      def cacheable? = @payload.nil? && @mw.shareable?
+
+      # The reply depends only on the request and the store, not on who asked: not for an instrumented
+      # request, lookups or filters (they see the env), a targeted message sent or withheld (client_ids:
+      # the reply depends on the client id) or forced channels. Kept in the middleware's ReplyCache (the
+      # body; headers are built per request) and marked for herald server's front end (see SHARED_REPLY).
       def shared(response, msgs)
-        return response if @payload || @withheld || !@mw.filters.empty? || @env.key?("message_bus.channels")
-        return response if LOOKUPS.any? { |name| @options[name] }
-        @env[SHARED_REPLY] = true if msgs.all?(&:public?)
+        return response if !cacheable? || @withheld || @env.key?("message_bus.channels") || !msgs.all?(&:public?)
+        @cache.store(@cache_key, response[2][0].freeze, @stamp) if @cache_key
+        @env[SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
         response
       end
 
@@ -224,7 +247,8 @@ module Herald
       def headers(type)
         h = {"cache-control" => "must-revalidate, private, max-age=0", "content-type" => type,
              "pragma" => "no-cache", "expires" => "0"}
-        extra_headers.each { |name, value| h[name] = value }
+        extra = extra_headers
+        extra.each { |name, value| h[name] = value } unless extra.empty?
         h
       end
 
@@ -233,6 +257,7 @@ module Herald
       # new ids are above the client's is noticed by it. message_bus's clients get the same bytes as from
       # message_bus.
       def extra_headers
+        return @extra_headers ||= EMPTY unless @options[:extra_response_headers_lookup] || msgpack?
         @extra_headers ||= begin
           found = lookup(:extra_response_headers_lookup) || EMPTY
           out = found.each_with_object({}) do |(name, value), out|

@@ -37,7 +37,7 @@ module Herald
 
       # app: the Rack app (the middleware, with the demo app or an app behind it).
       # inline: ->(path) { true for requests answered on the event loop }.
-      # cache: a ReplyCache for inline requests (nil: none). reuse_port: listen with SO_REUSEPORT (worker
+      # cache: a Rack::ReplyCache for inline requests (nil: none). reuse_port: listen with SO_REUSEPORT (worker
       # processes on one port, Server.reuse_port_listener).
       def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10, cache: nil, reuse_port: false)
         @app = app
@@ -155,19 +155,24 @@ module Herald
       end
 
       def inline(conn, env, body, keep)
-        key = @cache&.key(env, body) if keep
+        key = cache_key(env, body) if keep
         stamp = @cache.stamp if key
         env = rack_env(conn, env, body)
         status, headers, rbody = call_app(env)
         return if env["herald.hijacked"]
         bytes = respond(conn, env, status, headers, rbody, keep)
-        @cache.store(key, bytes, stamp) if key && status == 200 && env[Rack::Responder::SHARED_REPLY]
+        @cache.store(key, bytes.dup.freeze, stamp) if key && status == 200 && env[Rack::Responder::SHARED_REPLY]
       end
 
-      # A poll answered from the ReplyCache: true when it was.
+      def cache_key(env, body)
+        path = env["REQUEST_PATH"] or return nil # an absolute request target: not worth a key
+        @cache&.key_for_path(env, path, body)
+      end
+
+      # A poll answered from the ReplyCache (whole HTTP replies): true when it was.
       def cached(conn, env, body)
         return false if Instrumentation.listening?(Rack::Responder::POLL) # every such poll gets its event
-        key = @cache.key(env, body) or return false
+        key = cache_key(env, body) or return false
         bytes = @cache.fetch(key) or return false
         send_reply(conn, bytes, true)
         true
