@@ -25,59 +25,84 @@ module Herald
       MAX_BODY_BYTES = 8 * 1024 # a request with a larger body (hundreds of channels) gets no key
       POST = "POST"
       HTTP11 = "HTTP/1.1"
+      SSE = "/sse"
 
-      Entry = Struct.new(:value, :stamp, :epoch, :expires)
+      # Entries are found by the request body (a String: one hash of a short string), then by the other
+      # fields the Responder reads. An Array of several fields as the key costs twice the whole lookup
+      # (Array#hash and #eql? guard against recursion). Lists are replaced, never changed (readers hold no lock).
+      Entry = Struct.new(:query, :type, :accept, :dont_chunk, :value, :stamp, :epoch, :expires)
+      # A request to share that found no entry: #store keeps its reply (built by the Responder) under it.
+      # The middleware also hands a request's body to the Responder in one (cache nil: nothing to keep).
+      Miss = Struct.new(:cache, :body, :query, :type, :accept, :dont_chunk)
 
       def initialize(store:, prefix:)
         @store = store
         @prefix = prefix
-        @entries = {}
+        @entries = {} # body => frozen Array of Entry
+        @count = 0
         @bytes = 0
         @epochs = store.respond_to?(:known_epoch) # a reset store (a wiped log, a flushed Redis) has a new epoch
       end
 
-      # The key for a request to the middleware (a POST poll), or nil when it is not one to share. action:
-      # what follows the client id in the path ("poll", nil), the client id already checked; body: the request
-      # body as the middleware parses it.
-      def key(env, action, body)
+      # For a request to the middleware: the reply kept for it (a String), a Miss, or nil when it is not one
+      # to share. path: the request's path (its client id already checked); body: the request body as the
+      # middleware parses it, nil when the channels do not come from it (PollRequest.body: forced channels).
+      # What the key leaves out is what the Responder does not read for a shareable reply: the client id, the
+      # action after it (every one but `sse`, never shared, answers the same), HTTP_VERSION (read only when
+      # SERVER_PROTOCOL is not HTTP/1.1).
+      def lookup(env, path, body)
         return nil unless body && body.bytesize <= MAX_BODY_BYTES && env["REQUEST_METHOD"] == POST && env["SERVER_PROTOCOL"] == HTTP11
-        return nil if env.key?("message_bus.channels") # forced by an upstream middleware: not in the key
-        [action, env["QUERY_STRING"], env["CONTENT_TYPE"], env["HTTP_ACCEPT"], env["HTTP_DONT_CHUNK"], env["HTTP_VERSION"], body]
+        return nil if path.index(SSE, @prefix.bytesize)
+        query = env["QUERY_STRING"]
+        type = env["CONTENT_TYPE"]
+        accept = env["HTTP_ACCEPT"]
+        dont_chunk = env["HTTP_DONT_CHUNK"]
+        if (list = @entries[body])
+          i = 0
+          while i < list.size
+            e = list[i]
+            if e.query == query && e.type == type && e.accept == accept && e.dont_chunk == dont_chunk
+              return e.value if e.stamp == @store.last_global_id && e.epoch == epoch && now < e.expires
+              break
+            end
+            i += 1
+          end
+        end
+        Miss.new(self, body, query, type, accept, dont_chunk)
       end
 
-      # The same for a request not yet parsed by the middleware (herald server's front end): path is the whole
-      # path; the client id in it is checked as the middleware checks it (nil when it would be refused).
-      def key_for_path(env, path, body)
+      # The same for a request the middleware has not seen yet (herald server's front end): the client id in
+      # the path is checked as the middleware checks it (nil when it would be refused).
+      def lookup_path(env, path, body)
         from = @prefix.bytesize
         slash = path.index("/", from)
         id = slash ? path.byteslice(from, slash - from) : path.byteslice(from, path.bytesize - from)
         return nil unless Responder::CLIENT_ID.match?(id)
-        key(env, slash && path.byteslice(slash + 1, path.bytesize).split("/", 2).first, body)
+        lookup(env, path, body)
       end
 
       # The store's state now: read before the reply is built, given back to #store.
       def stamp = @store.last_global_id
 
-      def fetch(key)
-        entry = @entries[key] or return nil
-        return entry.value if entry.stamp == @store.last_global_id && entry.epoch == epoch && now < entry.expires
-        @entries.delete(key)
-        nil
-      end
-
-      # value: a frozen String (it is handed to every later request with the same key).
-      def store(key, value, stamp)
+      # value: a frozen String (it is handed to every later request like miss's).
+      def store(miss, value, stamp)
         size = value.bytesize
         return if size > MAX_REPLY_BYTES
-        if @entries.size >= MAX_ENTRIES || @bytes + size > MAX_BYTES
-          @entries.clear
+        if @count >= MAX_ENTRIES || @bytes + size > MAX_BYTES
+          @entries = {}
+          @count = 0
           @bytes = 0
         end
-        @bytes += size # bytes stored since the last clear: at least what is held (racy by a store or two)
-        @entries[key] = Entry.new(value, stamp, epoch, now + MAX_AGE)
+        @count += 1 # entries and bytes stored since the last clear: at least what is held (racy by a store or two)
+        @bytes += size
+        entry = Entry.new(miss.query, miss.type, miss.accept, miss.dont_chunk, value, stamp, epoch, now + MAX_AGE)
+        others = @entries[miss.body]&.reject do |e|
+          e.query == miss.query && e.type == miss.type && e.accept == miss.accept && e.dont_chunk == miss.dont_chunk
+        end
+        @entries[miss.body] = [*others, entry].freeze
       end
 
-      def size = @entries.size
+      def size = @entries.each_value.sum(&:size)
 
       # True when this is the cache of that store (a middleware starts a new one for a new bus).
       def for?(store) = @store.equal?(store)

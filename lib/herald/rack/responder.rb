@@ -18,13 +18,24 @@ module Herald
       # own cache shares the body then, and the headers are looked up for each request.
       SHARED_REPLY = "herald.shared_reply"
 
-      def initialize(middleware, env, client_id, action)
+      # miss: the ReplyCache::Miss of this request (Middleware#cached): its body is the request's, and a
+      # shareable reply is kept under its key.
+      def initialize(middleware, env, client_id, action, miss: nil)
         @mw = middleware
+        @miss = miss
         @options = middleware.options
         @env = env
         @client_id = client_id
         @action = action
         @payload = nil # poll.herald's, when somebody listens
+      end
+
+      # The reply to a request whose body Middleware#cached found in the ReplyCache: this request's headers.
+      def self.cached(middleware, env, body) = new(middleware, env, nil, nil).cached(body)
+
+      def cached(body)
+        @env[SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
+        reply_of(body)
       end
 
       def call
@@ -42,11 +53,7 @@ module Herald
         request = if sse
           PollRequest.from_query(@env["QUERY_STRING"].to_s, max_channels: @options[:max_channels])
         else
-          if cacheable?
-            body = PollRequest.body(@env, @options[:max_body_bytes])
-            hit = cached(body) and return hit
-          end
-          PollRequest.from_env(@env, max_body_bytes: @options[:max_body_bytes], max_channels: @options[:max_channels], body: body)
+          PollRequest.from_env(@env, max_body_bytes: @options[:max_body_bytes], max_channels: @options[:max_channels], body: @miss&.body)
         end
         @payload[:channels] = request.channels.size if @payload
         client = build_client(request)
@@ -163,22 +170,6 @@ module Herald
       # A fresh headers Hash and body Array each time: middleware in front of us may add to them.
       def reply_of(body) = [200, headers(msgpack? ? Middleware::MSGPACK_TYPE : Middleware::JSON_TYPE), [body]]
 
-      # A poll whose reply may be shared (Middleware#shareable?: no lookup that changes what a client sees,
-      # no filters) and not instrumented (each such poll gets its event): the middleware's ReplyCache body
-      # for the same request if it holds one; else nil, and #shared keeps this request's reply there.
-      def cached(body)
-        cache = @mw.reply_cache or return nil
-        key = cache.key(@env, @action, body) or return nil
-        hit = cache.fetch(key)
-        unless hit
-          @cache = cache # the store's cache: one for another store (Herald.reset!) is never asked again
-          @cache_key = key
-          return nil
-        end
-        @env[SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
-        reply_of(hit)
-      end
-
       def cacheable? = @payload.nil? && @mw.shareable?
 
       # The reply depends only on the request and the store, not on who asked: not for an instrumented
@@ -187,13 +178,13 @@ module Herald
       # body; headers are built per request) and marked for herald server's front end (see SHARED_REPLY).
       def shared(response, msgs)
         return response if !cacheable? || @withheld || @env.key?("message_bus.channels") || !msgs.all?(&:public?)
-        @cache.store(@cache_key, response[2][0].freeze, @stamp) if @cache_key
+        @miss&.cache&.store(@miss, response[2][0].freeze, @stamp)
         @env[SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
         response
       end
 
       def too_many
-        [429, headers("text/plain; charset=utf-8").merge("retry-after" => @options[:retry_after].to_s), ["too many clients, retry later\n"]]
+        [429, headers(Middleware::CHUNKED_TYPE).merge("retry-after" => @options[:retry_after].to_s), ["too many clients, retry later\n"]]
       end
 
       def park(client, mode, msgs, status, snapshot)
@@ -245,8 +236,7 @@ module Herald
       def msgpack? = @action != "sse" && @env["HTTP_ACCEPT"].to_s.include?(Middleware::MSGPACK_TYPE)
 
       def headers(type)
-        h = {"cache-control" => "must-revalidate, private, max-age=0", "content-type" => type,
-             "pragma" => "no-cache", "expires" => "0"}
+        h = Middleware::REPLY_HEADERS.fetch(type).dup
         extra = extra_headers
         extra.each { |name, value| h[name] = value } unless extra.empty?
         h
