@@ -111,14 +111,9 @@ module Herald
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ClosedError, "store is closed" if @closed
-        key = Store.channel_key(channel, site_id)
-        before = @retention.for(key).first
-        size, age = @retention.for(key, max_backlog_size, max_backlog_age)
         created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
-        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
-        # A batched trim leaves up to size/16 extra records: when the size grows, they go first (trimmed
-        # exactly to the old size), or the larger size would bring back what was already dropped.
-        gid, mid = @batcher.call([key, tail, size, (age * 1000).ceil, (before == size) ? size / 16 : 0, (before < size) ? before : 0])
+        gid, mid = @batcher.call(request(channel, payload, codec, created_at, user_ids, group_ids, client_ids,
+          site_id, max_backlog_size, max_backlog_age))
         Herald::Message.build(gid, mid, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
@@ -226,6 +221,17 @@ module Herald
       end
 
       def clock_floor = Process.clock_gettime(Process::CLOCK_REALTIME, :second) << 20
+
+      # What APPEND takes for one record: [channel_key, tail, max_size, ttl_ms, slack, trim_first].
+      # A batched trim leaves up to size/16 extra records: when the size grows, they go first (trimmed
+      # exactly to the old size), or the larger size would bring back what was already dropped.
+      def request(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age)
+        key = Store.channel_key(channel, site_id)
+        before = @retention.for(key).first
+        size, age = @retention.for(key, max_size, max_age)
+        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
+        [key, tail, size, (age * 1000).ceil, (before == size) ? size / 16 : 0, (before < size) ? before : 0]
+      end
 
       # One APPEND call for the requests of a batch ([key, tail, size, ttl_ms, slack, trim_first] each);
       # returns [global_id, message_id] for each, in order. The command is built as one array: this runs
