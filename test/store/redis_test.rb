@@ -192,6 +192,15 @@ class RedisStoreTest < Minitest::Test
     assert_equal kept.last(3), @store.global_backlog(kept[-4], limit: 10).map(&:global_id)
   end
 
+  # The store's command builder passes flat all-String commands through as they are (the publish builds
+  # its arguments so) and leaves anything else to redis-client's.
+  def test_commands_pass_strings_through_and_convert_the_rest
+    strings = ["EVALSHA", "é🎉\u0000", "".b]
+    assert_same strings, Herald::Store::Redis::Commands.generate(strings)
+    assert_equal ["SET", "k", "1", "PX", "2.5"], Herald::Store::Redis::Commands.generate(["SET", "k", 1, :PX, 2.5])
+    assert_equal ["SET", "k", "v", "nx"], Herald::Store::Redis::Commands.generate(["SET", "k", "v"], {nx: true})
+  end
+
   def test_store_from_url
     s = Herald::Store.from_url(url)
     assert_instance_of Herald::Store::Redis, s
