@@ -146,8 +146,8 @@ COUNTS.each do |clients|
   base_name = rows.keys.first
   base_p99 = Bench.percentile(rows[base_name].flat_map(&:client_ms).sort, 0.99)
   puts "### Publish -> delivery latency, #{clients} parked long-poll clients", ""
-  puts "One server process per row (Puma, #{Bench::THREADS} threads; a worker row is that many processes on one port, " \
-       "as `herald server --workers N`), all up " \
+  puts "One server process per row (Puma with #{Bench::THREADS} threads in front of the middleware, or herald server's own " \
+       "front end; a worker row is that many processes on one port, as `herald server --workers N`), all up " \
        "at once; one #{CLIENT_NAME} client process holding #{clients} connections (POST /message-bus/<id>/poll with `Dont-Chunk: true`), " \
        "#{ROUNDS} rounds of one publish each, alternating between the servers. Client: receive time - publish time " \
        "stamped by the client. Server (Herald): the time its event loop handed each client's reply to the kernel - " \
