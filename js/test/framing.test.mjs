@@ -93,6 +93,18 @@ test("JSON stream cut at every single offset, inside separators and UTF-8 sequen
   assert.deepEqual(feed((s) => new JsonStreamReader(s), jsonStream, Array.from({ length: jsonStream.length }, (_, i) => i)), expected);
 });
 
+test("JSON stream in random pieces of 1 to 12 bytes and larger (a separator split across pieces of any size)", () => {
+  const random = seeded("json stream pieces");
+  for (let run = 0; run < 300; run++) {
+    const cuts = [];
+    for (let at = 0; at < jsonStream.length;) {
+      at += random.next() < 0.8 ? 1 + random.int(12) : 1 + random.int(400);
+      cuts.push(at);
+    }
+    assert.deepEqual(feed((s) => new JsonStreamReader(s), jsonStream, cuts), expected, `SEED=${random.seed} run ${run}`);
+  }
+});
+
 test("the separator escape: a segment holding the escaped form is restored before parsing", () => {
   // JSON never holds a raw separator (CR LF are escaped in strings, "|" is not JSON outside them), so the
   // server's escape is defensive; check the round trip of the framing itself on a segment built by hand.
