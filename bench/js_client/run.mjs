@@ -232,10 +232,19 @@ async function bodySizes(servers, set) {
   const body = channels(set).map((c) => `${encodeURIComponent(c)}=0`).join("&");
   const sizes = {};
   for (const [name, server, accept] of [["JSON", servers.json, "application/json"], ["MessagePack", servers.msgpack, "application/vnd.msgpack"]]) {
-    const r = await fetch(`${server.url}/message-bus/sizes${name}/poll?dlp=t`, {
-      method: "POST", body, headers: { "content-type": "application/x-www-form-urlencoded", "dont-chunk": "true", accept },
-    });
-    const bytes = Buffer.from(await r.arrayBuffer());
+    // Retried: once, after a 50k run at load 5-7, the server's side of this request closed early.
+    let bytes;
+    for (let attempt = 1; !bytes; attempt++) {
+      try {
+        const r = await fetch(`${server.url}/message-bus/sizes${name}/poll?dlp=t`, {
+          method: "POST", body, headers: { "content-type": "application/x-www-form-urlencoded", "dont-chunk": "true", accept },
+        });
+        bytes = Buffer.from(await r.arrayBuffer());
+      } catch (error) {
+        if (attempt === 3) throw error;
+        console.error(`body sizes: ${error.message} (${error.cause?.message}); again`);
+      }
+    }
     sizes[name] = { raw: bytes.length, gzip: gzipSync(bytes, { level: 6 }).length, brotli: brotliCompressSync(bytes).length };
   }
   return sizes;
