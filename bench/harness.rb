@@ -33,7 +33,9 @@ module Bench
   end
 
   # samples: every round's rate (nil for a figure measured once); allocs: objects per operation.
-  Row = Struct.new(:name, :rate, :allocs, :baseline, :unit, :extra, :samples)
+  # failure: why the row stopped (a peer that raised, e.g. message_bus's PostgreSQL backend deadlocking
+  # under concurrent publishes); the row is reported as failed and the section goes on.
+  Row = Struct.new(:name, :rate, :allocs, :baseline, :unit, :extra, :samples, :failure)
   Job = Struct.new(:row, :ops, :rounds, :warmup, :block, :rates, :allocs)
 
   class Section
@@ -56,11 +58,12 @@ module Bench
     def run
       return if @jobs.empty? # rows measured elsewhere (wrk, latency) say their own load
       @load_before = Bench.loadavg
-      @jobs.each { |job| job.block.call([job.ops / 10, 1].max) if job.warmup }
+      @jobs.each { |job| warm_up(job) if job.warmup }
       (@jobs.map(&:rounds).max || 0).times do |round|
-        @jobs.each { |job| measure_round(job) if round < job.rounds }
+        @jobs.each { |job| measure_round(job) if round < job.rounds && !job.row.failure }
       end
       @jobs.each do |job|
+        next if job.row.failure
         job.row.rate = Bench.median(job.rates)
         job.row.allocs = Bench.median(job.allocs)
         job.row.samples = job.rates
@@ -81,7 +84,8 @@ module Bench
       lines << "Load average #{@load_before} before, #{@load_after} after (2 cores shared with other work)." << "" if @load_before
       lines << "| | median | spread (min-max) | vs #{base ? base.name : "baseline"} | objects/op |" << "|---|---:|---:|---:|---:|"
       @rows.each do |r|
-        ratio = base ? format("%.2fx", r.rate / base.rate) : "-"
+        next lines << "| #{r.name} | failed: #{r.failure} | - | - | - |" if r.failure
+        ratio = (base&.rate && r.rate) ? format("%.2fx", r.rate / base.rate) : "-"
         allocs = r.allocs ? format("%.1f", r.allocs) : "-"
         spread = r.samples&.any? ? "#{Bench.humanize(r.samples.min)}-#{Bench.humanize(r.samples.max)}" : "-"
         lines << "| #{r.name}#{" (baseline)" if r.baseline} | #{Bench.humanize(r.rate)} #{r.unit}#{"; #{r.extra}" if r.extra} | #{spread} | #{ratio} | #{allocs} |"
@@ -91,8 +95,25 @@ module Bench
 
     private
 
+    def warm_up(job)
+      job.block.call([job.ops / 10, 1].max)
+    rescue => e
+      failed(job, e)
+    end
+
     def measure_round(job)
       GC.start
+      timed(job)
+    rescue => e
+      failed(job, e)
+    end
+
+    def failed(job, error)
+      job.row.failure = "#{error.class}: #{error.message.lines.first.to_s.strip} (after #{job.rates.size} rounds)"
+      warn "bench: #{job.row.name} failed: #{job.row.failure}"
+    end
+
+    def timed(job)
       before = GC.stat(:total_allocated_objects)
       started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
       job.block.call(job.ops)

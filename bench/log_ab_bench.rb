@@ -7,16 +7,35 @@
 #
 #   OLD_LIB=/tmp/old/lib bundle exec ruby bench/log_ab_bench.rb
 #
+# Without OLD_LIB it compares with BASELINE_COMMIT, Herald's lib when issue 12 ("a leaner log append")
+# was filed, taken from this clone's git history (OLD_LIB=none: no comparison).
+#
 # Rows: Bus#publish of {"hello":"world","nums":[1,2,3]} to a Log with fsync :interval from 1 and 8 threads,
 # :always from 1 and 8 threads, and message_bus's memory backend publish (the envelope already encoded, as
 # bench/publish_bench.rb does). Prints median ops/s, spread, objects/op and the ratios the targets name.
 require "json"
 require "rbconfig"
+require "tmpdir"
 
 ROUNDS = Integer(ENV.fetch("BENCH_ROUNDS", "5"))
 SCALE = Float(ENV.fetch("BENCH_SCALE", "1"))
 NEW_LIB = File.expand_path("../lib", __dir__)
-OLD_LIB = ENV["OLD_LIB"]
+BASELINE_COMMIT = "f57f64d"
+
+# The lib of BASELINE_COMMIT in a temporary directory, or nil when git or the commit is not there.
+def baseline_lib
+  dir = File.join(Dir.tmpdir, "herald-lib-#{BASELINE_COMMIT}")
+  return File.join(dir, "lib") if File.directory?(File.join(dir, "lib"))
+  Dir.mkdir(dir) unless File.directory?(dir)
+  ok = system("git -C #{File.expand_path("..", __dir__)} archive #{BASELINE_COMMIT} lib | tar -x -C #{dir}", err: File::NULL)
+  File.join(dir, "lib") if ok && File.directory?(File.join(dir, "lib"))
+end
+
+OLD_LIB = case ENV["OLD_LIB"]
+when "none" then nil
+when nil, "" then baseline_lib
+else ENV["OLD_LIB"]
+end
 
 WORKER = <<~RUBY
   lib = ARGV[0]
@@ -34,6 +53,7 @@ WORKER = <<~RUBY
     envelope = JSON.dump("data" => data, "user_ids" => nil, "group_ids" => nil, "client_ids" => nil)
     {"memory" => ->(n) { n.times { backend.publish("/test/channel", envelope) } }}
   else
+    $VERBOSE = nil # the bundle's gemspec loaded this checkout's Herald::VERSION; another lib redefines it
     require "herald"
     interval = Herald::Bus.new(store: Herald::Store::Log.new(dir: File.join(dir, "i"), fsync: :interval))
     always = Herald::Bus.new(store: Herald::Store::Log.new(dir: File.join(dir, "a"), fsync: :always))

@@ -36,9 +36,20 @@ THREADS = 4
 # Only some parts: BENCH_PARTS=redis,postgres,wakeup (the default: all).
 PARTS = ENV.fetch("BENCH_PARTS", "redis,postgres,wakeup").split(",")
 
-# n operations spread over THREADS threads.
+# n operations spread over THREADS threads. Every thread is joined before the first error is raised, so a
+# failing row (message_bus's PostgreSQL backend can deadlock under concurrent publishes) leaves no thread
+# publishing into the next row's rounds.
 def threaded(n)
-  Array.new(THREADS) { |t| Thread.new { (n / THREADS + ((t < n % THREADS) ? 1 : 0)).times { yield } } }.each(&:join)
+  threads = Array.new(THREADS) do |t|
+    Thread.new { (n / THREADS + ((t < n % THREADS) ? 1 : 0)).times { yield } }.tap { |th| th.report_on_exception = false }
+  end
+  errors = threads.filter_map do |th|
+    th.join
+    nil
+  rescue => e
+    e
+  end
+  raise errors.first if errors.any?
 end
 
 # The rows of one section, measured round-robin by Bench::Section (one round of every row, then the next).

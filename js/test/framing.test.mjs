@@ -93,6 +93,18 @@ test("JSON stream cut at every single offset, inside separators and UTF-8 sequen
   assert.deepEqual(feed((s) => new JsonStreamReader(s), jsonStream, Array.from({ length: jsonStream.length }, (_, i) => i)), expected);
 });
 
+test("JSON stream in random pieces of 1 to 12 bytes and larger (a separator split across pieces of any size)", () => {
+  const random = seeded("json stream pieces");
+  for (let run = 0; run < 300; run++) {
+    const cuts = [];
+    for (let at = 0; at < jsonStream.length;) {
+      at += random.next() < 0.8 ? 1 + random.int(12) : 1 + random.int(400);
+      cuts.push(at);
+    }
+    assert.deepEqual(feed((s) => new JsonStreamReader(s), jsonStream, cuts), expected, `SEED=${random.seed} run ${run}`);
+  }
+});
+
 test("the separator escape: a segment holding the escaped form is restored before parsing", () => {
   // JSON never holds a raw separator (CR LF are escaped in strings, "|" is not JSON outside them), so the
   // server's escape is defensive; check the round trip of the framing itself on a segment built by hand.
@@ -133,5 +145,21 @@ test("a long MessagePack body: strings across pieces and buffer appends (SEED to
   for (let round = 0; round < 20; round++) {
     const cuts = Array.from({ length: random.int(200) }, () => random.int(bytes.length)).sort((a, b) => a - b);
     assert.deepEqual(feed((s) => new MessagePackReader(s), bytes, cuts), body, `seed ${random.seed} round ${round}`);
+  }
+});
+
+// The reader reads a value cut by a piece's edge from a small joint of its start and the next piece's first
+// 4 KiB, then goes on in the piece itself; a longer value falls back to appending the whole piece. Pieces
+// of fixed sizes around that joint, on messages short and long (up to 30 KB), ASCII and not.
+test("a long MessagePack body in fixed-size pieces, values cut at every kind of edge", () => {
+  const body = Array.from({ length: 2000 }, (_, i) => msg(i + 1, {
+    text: i % 97 === 0 ? "日本語 ".repeat(1 + (i % 5) * 1000) : `message ${i} ${"é".repeat(i % 7)}`,
+    n: i * 1000,
+  }, `/ch/${i % 3}`));
+  const bytes = concat(encode(body.slice(0, 1500)), encode(body.slice(1500)));
+  for (const size of [1, 4095, 4096, 4097, 4200, 8191, 65536, 70001]) {
+    const cuts = [];
+    for (let at = size; at < bytes.length; at += size) cuts.push(at);
+    assert.deepEqual(feed((s) => new MessagePackReader(s), bytes, cuts), body, `pieces of ${size}`);
   }
 });

@@ -105,6 +105,21 @@ class LogStoreTest < Minitest::Test
     assert_equal returned.sort_by(&:global_id).map(&:data), again.global_backlog(0).map(&:data)
   end
 
+  # The index's global list was compacted only when the global backlog was read: a process nobody reads it
+  # in (a web worker that publishes, or serves channel backlogs, with no subscriber) kept every message it
+  # ever appended or read from other processes.
+  def test_messages_trimmed_from_every_backlog_are_not_kept_in_memory
+    store = build_store(max_backlog_size: 10)
+    GC.start
+    before = ObjectSpace.each_object(Herald::Message).count
+    5000.times { |i| append("/trimmed", "é#{i}🎉", store: store) }
+    GC.start
+    kept = ObjectSpace.each_object(Herald::Message).count - before
+    assert_operator kept, :<, 1500, "messages kept alive after 5,000 appends to a backlog of 10"
+    assert_equal (4991..5000).to_a, store.backlog("/trimmed", 0).map(&:message_id)
+    assert_equal ["é4990🎉", "é4999🎉"], store.global_backlog(4990).map(&:data).values_at(0, -1)
+  end
+
   def test_targets_longer_than_64_kib_round_trip
     dir = Dir.mktmpdir("herald-log").tap { |d| @dirs << d }
     s = store_in(dir, fsync: :never)

@@ -181,59 +181,83 @@ module Herald
         deliver(conn, found) unless found.empty?
       end
 
-      # One message (the usual batch) goes out on the fast path, #fan_out_one; several are grouped per client,
-      # so a long poll answers with all of them.
+      # Every reader gets its bytes first; all bookkeeping (unindexing answered polls, delivering to the
+      # other kinds, closing sockets) waits until the last write, so the last reader is not kept waiting by
+      # the Ruby work for the readers before it. A hijacked JSON long poll gets a whole reply shared by every
+      # reader that takes the same messages with the same extra headers: built once per header set and looked
+      # up by the client's own header lines, so neither a targeted message nor a CORS header hands one
+      # client's bytes to another. One message (the usual batch) is written as the readers are found; for
+      # several, each reader's messages are gathered first (a long poll answers with all of them at once).
       def fan_out(batch)
         return fan_out_one(batch.first) if batch.size == 1
-        polls = nil
-        batch.each do |msg|
+        trace = @trace&.start(batch.last)
+        polls = {}.compare_by_identity # shared-reply poll => bit i set for each batch[i] it takes
+        others = nil # other readers => their messages
+        batch.each_with_index do |msg, i|
           @cursor = msg.global_id if msg.global_id > @cursor
           readers = @index[Client.key(msg.channel, msg.site_id)] or next
+          check = checked?(msg)
           readers.each_key do |conn|
-            next unless take?(conn, msg)
-            if conn.streaming?
-              deliver(conn, [msg])
+            next unless take?(conn, msg, check: check)
+            if conn.shared_reply?
+              polls[conn] = (polls[conn] || 0) | (1 << i)
             else
-              ((polls ||= {}.compare_by_identity)[conn] ||= []) << msg
+              ((others ||= {}.compare_by_identity)[conn] ||= []) << msg
             end
           end
         end
-        polls&.each { |conn, msgs| deliver(conn, msgs) }
+        replies = {} # extra header lines => {bits => the shared reply bytes}
+        polls.each do |conn, bits|
+          conn.write_reply((replies[conn.extra_headers] ||= {})[bits] ||= poll_reply(batch, bits, conn.extra_headers))
+          trace&.wrote
+        end
+        after_fan_out(polls.keys, others, trace, taken: polls)
       end
 
-      # Every reader gets its bytes first; all bookkeeping (unindexing answered polls, delivering to the
-      # other kinds, closing sockets) waits until the last write, so the last reader is not kept waiting by
-      # the Ruby work for the readers before it. A hijacked JSON long poll gets the message's whole reply,
-      # shared by every reader with the same extra headers: built once per header set and looked up by the
-      # client's own header lines, so neither a targeted message nor a CORS header hands one client's bytes
-      # to another.
       def fan_out_one(msg)
         @cursor = msg.global_id if msg.global_id > @cursor
         readers = @index[Client.key(msg.channel, msg.site_id)] or return
         trace = @trace&.start(msg)
-        open = msg.client_ids || msg.user_ids || msg.group_ids || !@filters.empty?
+        check = checked?(msg)
         replies = {} # extra header lines => the shared reply bytes
         answered = []
         others = nil
         readers.each_key do |conn|
-          next unless take?(conn, msg, check: open)
+          next unless take?(conn, msg, check: check)
           if conn.shared_reply?
             conn.write_reply(replies[conn.extra_headers] ||= @wire.poll_reply(msg, conn.extra_headers))
             answered << conn
             trace&.wrote
           else
-            (others ||= []) << conn
+            ((others ||= {}.compare_by_identity)[conn] = [msg])
           end
         end
+        after_fan_out(answered, others, trace)
+      end
+
+      # The bookkeeping after the writes: unindex the answered polls, deliver to the other readers, close.
+      # taken: each answered poll's bits (fan_out), for deliver.herald's message count; one message without.
+      def after_fan_out(answered, others, trace, taken: nil)
         trace&.written(answered.size)
-        answered.each { |conn| conn.delivered(1) } if Instrumentation.listening?(Connection::DELIVER)
+        if Instrumentation.listening?(Connection::DELIVER)
+          answered.each { |conn| conn.delivered(taken ? taken[conn].to_s(2).count("1") : 1) }
+        end
         answered.each do |conn|
           remove(conn)
           settle(conn)
         end
-        others&.each { |conn| deliver(conn, [msg]) }
+        others&.each { |conn, msgs| deliver(conn, msgs) }
         release_closed
         trace&.done
+      end
+
+      # Whether a message needs each reader's permission checked: targeted, or client message filters set.
+      def checked?(msg) = !!(msg.client_ids || msg.user_ids || msg.group_ids || !@filters.empty?)
+
+      # The shared reply for the messages of batch whose bits are set, in batch order.
+      def poll_reply(batch, bits, extra_headers)
+        msgs = batch.select.with_index { |_, i| bits[i] == 1 }
+        (msgs.size == 1) ? @wire.poll_reply(msgs.first, extra_headers) : @wire.poll_reply_many(msgs, extra_headers)
       end
 
       def allowed?(conn, msg)

@@ -99,10 +99,16 @@ module Herald
       # (a CORS origin or two) are kept too, so extra_response_headers_lookup keeps the fan-out encode-once.
       def poll_reply(msg, extra = "")
         e = entry(msg)
-        return e.poll_reply || (e.poll_reply = build_poll_reply(msg, "")) if extra.empty?
+        return e.poll_reply || (e.poll_reply = build_poll_reply("[#{json(msg)}]", "")) if extra.empty?
         replies = (e.poll_replies ||= {})
-        replies[extra] || ((replies.size < HEADER_SETS) ? (replies[extra] = build_poll_reply(msg, extra)) : build_poll_reply(msg, extra))
+        replies[extra] || begin
+          bytes = build_poll_reply("[#{json(msg)}]", extra)
+          (replies.size < HEADER_SETS) ? (replies[extra] = bytes) : bytes
+        end
       end
+
+      # The same for several messages (a fan-out of a batch): not kept, the fan-out shares it for its duration.
+      def poll_reply_many(msgs, extra = "") = build_poll_reply(json_array(msgs), extra)
 
       # A one-element MessagePack array framed as one HTTP chunk (a client feeds a streaming unpacker).
       def msgpack_chunk(msg, framed: true)
@@ -158,8 +164,7 @@ module Herald
         true
       end
 
-      def build_poll_reply(msg, extra)
-        body = "[#{json(msg)}]"
+      def build_poll_reply(body, extra)
         "#{HEAD}#{extra}connection: close\r\ncontent-type: application/json; charset=utf-8\r\ncontent-length: #{body.bytesize}\r\n\r\n#{body}".b.freeze
       end
 

@@ -26,6 +26,8 @@ module Herald
 
       DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
       DEFAULT_DIR = "herald-data"
+      KEEP_GVL = 1024 # appends whose writes keep the GVL after threads met at the store's lock
+      PASS_EVERY = 64 # appends between two offers of the GVL to other threads meanwhile (about a millisecond)
 
       # Where the embedded log lives when nobody says: $HERALD_DIR, else ./herald-data (facade, CLI).
       # An empty HERALD_DIR is a mistake (an unset variable in a template), not "the current directory".
@@ -61,38 +63,28 @@ module Herald
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
         Store.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
         reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
-        # Alone (no batch being written, none queued): write it straight away, as a batch of one without
-        # the queue's allocations. Otherwise, and always with fsync :always (an appender that waited for
-        # its own fsync must not then wait for the next batch's), join the queue (GroupCommit).
-        @commit_mutex.lock
-        if @committing || !@commit_queue.empty? || @fsync == :always
-          @commit_mutex.unlock
+        if @fsync == :always # concurrent appenders share each fsync (GroupCommit)
           return commit_grouped([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
             max_backlog_size, max_backlog_age])
         end
-        @committing = true
-        @commit_mutex.unlock
-        begin
-          msg = @lock.synchronize do
-            writable!
-            locked do
-              prepare_append
-              reserve(@index.last_global_id + 1)
-              key = site_id ? Store.channel_key(channel, site_id) : channel
-              ch = @index.channel(key)
-              retention = retention_for(ch, max_backlog_size, max_backlog_age)
-              m = stage(@buffer, ch, 0, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
-              storing { @segments.last.write(@buffer) }
-              @syncer.written
-              @index.add(m, key, retention)
-              @appended.broadcast
-              m
-            end
+        msg = exclusively do
+          writable!
+          locked do
+            prepare_append
+            reserve(@index.last_global_id + 1)
+            key = site_id ? Store.channel_key(channel, site_id) : channel
+            ch = @index.channel(key)
+            retention = retention_for(ch, max_backlog_size, max_backlog_age)
+            m = stage(@buffer, ch, 0, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
+            storing { @segments.last.write(@buffer, keep_gvl: @keep_gvl > 0) }
+            @syncer.written
+            @index.add(m, key, retention)
+            @appended.broadcast
+            m
           end
-        ensure
-          @commit_mutex.synchronize { end_direct_commit }
         end
         @wakeup.notify
+        let_others_run
         msg
       end
 
@@ -204,6 +196,31 @@ module Herald
       end
 
       def intern(channel) = @names[channel] = -channel
+
+      # The store's lock, for an append. Finding it taken means another thread of this process got in while
+      # this one was away: most often during a write that handed it the GVL (Segment#write). From then on,
+      # for KEEP_GVL appends, writes keep the GVL, so threads publishing at once do not hand it around on
+      # every record; they meet again only where Ruby switches threads anyway (let_others_run, the time slice).
+      def exclusively
+        unless @lock.try_enter
+          @keep_gvl = KEEP_GVL
+          @lock.enter
+        end
+        begin
+          yield
+        ensure
+          @lock.exit
+        end
+      end
+
+      # While writes keep the GVL, a thread publishing in a loop would hold it until Ruby's 100 ms time slice
+      # ends: the wakeup listener (another process asking for the write lease, appends to read), the fsync
+      # thread and the other publishers would wait that long. So it is offered every PASS_EVERY appends.
+      def let_others_run
+        return unless @keep_gvl > 0
+        @keep_gvl -= 1
+        Thread.pass if (@keep_gvl % PASS_EVERY).zero?
+      end
 
       # Turns the OS's refusals into errors that say what to do. A failed write leaves no half record.
       def storing

@@ -11,6 +11,7 @@ module Herald
         # ages: nil while the retained messages share max_age; else [[first message id, max_age], ...]
         # ascending: each message keeps the age it was published with (a changed age applies from then on).
         Channel = Struct.new(:last_id, :messages, :max_size, :max_age, :stepped_back, :ages)
+        COMPACT_SLACK = 1024 # dropped messages the global list may hold beyond the retained ones
 
         attr_reader :last_global_id, :channels, :last_added
 
@@ -81,6 +82,9 @@ module Herald
           @retained += 1
           @live[segment_of(msg.global_id)] += 1
           drop(ch.messages.shift) while ch.messages.size > ch.max_size
+          # Here, not only when the global backlog is read: a process nobody reads it in (a web worker that
+          # publishes or serves channel backlogs, with no subscriber) kept every message it ever saw.
+          compact if @global.size > 2 * @retained + COMPACT_SLACK
         end
 
         def backlog(key, last_id)
