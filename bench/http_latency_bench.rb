@@ -61,7 +61,7 @@ end
 CLIENT = client_command
 CLIENT_NAME = (CLIENT.first == RbConfig.ruby) ? "Ruby (nio4r)" : "C (epoll)"
 
-Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects, :process_cpu_us, :client_cpu_us, :client_wait_cpu_us)
+Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects, :process_cpu_us, :client_cpu_us, :client_wait_cpu_us, :starts_ms)
 
 # CPU seconds of the server and its worker processes (a worker row's parent only forks and waits).
 def server_cpu(pid)
@@ -109,6 +109,9 @@ def server_side(round, traces)
   records = traces.values.max_by { |list| list.sum { |r| r["writes"].size } } or return
   round.server_ms = records.flat_map { |r| r["writes"].map { |w| (w - r["st"]) * 1000 } }
   round.last_write_ms = records.map { |r| (r["last_write"] - r["st"]) * 1000 }.max
+  # When each process's loop began its fan-out, after the stamp: the publishing one, then the others (woken
+  # through the log's cross-process wakeup).
+  round.starts_ms = records.map { |r| (r["started"] - r["st"]) * 1000 }.minmax
   answered = records.sum { |r| r["answered"] }
   return if answered.zero?
   # Per answered client, over every process: CPU of the event loop thread (write loop + bookkeeping), objects.
@@ -143,13 +146,14 @@ COUNTS.each do |clients|
   base_name = rows.keys.first
   base_p99 = Bench.percentile(rows[base_name].flat_map(&:client_ms).sort, 0.99)
   puts "### Publish -> delivery latency, #{clients} parked long-poll clients", ""
-  puts "One server process per row (Puma, #{Bench::THREADS} threads; a worker row is that many processes on one port, " \
-       "as `herald server --workers N`), all up " \
+  puts "One server process per row (Puma with #{Bench::THREADS} threads in front of the middleware, or herald server's own " \
+       "front end; a worker row is that many processes on one port, as `herald server --workers N`), all up " \
        "at once; one #{CLIENT_NAME} client process holding #{clients} connections (POST /message-bus/<id>/poll with `Dont-Chunk: true`), " \
        "#{ROUNDS} rounds of one publish each, alternating between the servers. Client: receive time - publish time " \
        "stamped by the client. Server (Herald): the time its event loop handed each client's reply to the kernel - " \
        "the time the publish request reached the server; last write: the same for the round's last client (median, " \
-       "max over rounds). p50/p99 over every client of every round; the spread is the min-max of the per-round p99. " \
+       "max over rounds); fan-out start: when the event loop began the fan-out, after that stamp (medians over rounds; with " \
+       "workers, the first process's and the last one's, woken through the log's cross-process wakeup). p50/p99 over every client of every round; the spread is the min-max of the per-round p99. " \
        "CPU and objects: the event loops' thread CPU time and allocations per answered client (writes, unindexing, " \
        "closes), which do not depend on the machine's load; server CPU: the whole server's (every process, /proc) over the " \
        "round per client, accepting and parking its poll as well as answering it, for message_bus too (10 ms ticks); client CPU: " \
@@ -157,15 +161,16 @@ COUNTS.each do |clients|
        "(reading; the C client only). Load average #{load_before} before, #{load_after} after " \
        "(2 cores shared with other work). #{Bench.store_note}", ""
   puts "| | client p50 | client p99 | per-round p99 (min-max) | max | p99 vs #{base_name} | server p50 | server p99 | " \
-       "last write (median, max) | CPU/client | objects/client | server CPU/client | client CPU/client (round, reading) | missed |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+       "last write (median, max) | fan-out start (first, last process) | CPU/client | objects/client | server CPU/client | client CPU/client (round, reading) | missed |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   rows.each do |name, list|
     ms = list.flat_map(&:client_ms).sort
     missed = list.sum(&:missed)
-    next puts "| #{name} | - | - | - | - | - | - | - | - | - | - | - | - | #{missed} |" if ms.empty?
+    next puts "| #{name} | - | - | - | - | - | - | - | - | - | - | - | - | - | #{missed} |" if ms.empty?
     p99s = list.map { |r| Bench.percentile(r.client_ms.sort, 0.99) }.compact
     server = list.flat_map { |r| r.server_ms || [] }.sort
     last = list.map(&:last_write_ms).compact
+    starts = list.map(&:starts_ms).compact
     cpu = list.map(&:cpu_us).compact
     objects = list.map(&:objects).compact
     p99 = Bench.percentile(ms, 0.99)
@@ -174,6 +179,7 @@ COUNTS.each do |clients|
          "#{server.empty? ? "-" : "#{fmt(Bench.percentile(server, 0.5))} ms"} | " \
          "#{server.empty? ? "-" : "#{fmt(Bench.percentile(server, 0.99))} ms"} | " \
          "#{last.empty? ? "-" : "#{fmt(Bench.median(last))}, #{fmt(last.max)} ms"} | " \
+         "#{starts.empty? ? "-" : "#{fmt(Bench.median(starts.map(&:first)), 2)}, #{fmt(Bench.median(starts.map(&:last)), 2)} ms"} | " \
          "#{cpu.empty? ? "-" : "#{fmt(Bench.median(cpu))} us"} | #{objects.empty? ? "-" : fmt(Bench.median(objects), 2)} | " \
          "#{fmt(Bench.median(list.map(&:process_cpu_us)), 0)} us | #{fmt(Bench.median(list.map(&:client_cpu_us)), 0)}, #{fmt(Bench.median(list.filter_map(&:client_wait_cpu_us).then { |l| l.empty? ? [nil] : l }))} us | #{missed} |"
   end

@@ -46,18 +46,39 @@ class FanOutBatchTest < Minitest::Test
     @server = puma(@mw)
   end
 
-  # Tried a few times: each try checks every reply; the batching itself is up to the threads.
+  def teardown
+    Herald::Instrumentation.unsubscribe(@subscriber) if @subscriber
+    super
+  end
+
   def test_a_batch_reaches_every_reader_with_what_it_may_see
-    batched = 5.times.any? do |round|
+    assert batched_round, "the messages never reached the event loop as one batch"
+  end
+
+  # deliver.herald counts each long poll's messages, however many the batch carried.
+  def test_deliver_events_count_each_polls_messages
+    events = Queue.new
+    @subscriber = Herald::Instrumentation.subscribe("deliver.herald") { |_name, payload, _| events << payload }
+    assert batched_round { events.clear }, "the messages never reached the event loop as one batch"
+    polls = []
+    polls << events.pop until events.empty?
+    counts = polls.select { |p| p[:mode] == :long_poll && p[:encoding] == :json }.map { |p| p[:messages] }
+    assert_equal Array.new(POLLS) { |i| expected(i).size }.sort, counts.sort
+  end
+
+  private
+
+  # Tried a few times: each try checks every reply; the batching itself is up to the threads. True once
+  # a try went out as fewer fan-outs than messages (the block runs before each try).
+  def batched_round
+    5.times.any? do |round|
+      yield if block_given?
       batches = Batches.new
       @mw.reactor.trace = batches
       one_round(round)
       batches.starts < BATCH.size
     end
-    assert batched, "the messages never reached the event loop as one batch"
   end
-
-  private
 
   def one_round(round)
     from = %w[/a /b].to_h { |c| [c, @bus.last_id(c)] }

@@ -47,10 +47,15 @@ module Herald
         # channel_key tail max_size ttl_ms slack trim_first.
         # Returns {epoch, reset, first_global_id, message_id_1 .. message_id_n}: the records get consecutive
         # global ids in the order given.
+        # The server's work is per call and per channel, not per record: one HINCRBY per channel hands out
+        # its ids, one ZADD per channel stores its records, one ZADD stores every reference, one PTTL per
+        # channel (the set's expiry is pushed ttl/16, at most a minute, past the newest record's, so the
+        # PEXPIRE is rarely needed), one PUBLISH per channel.
         # A channel is trimmed by message id (ids are dense within a run: no ZCARD), in batches: once every
         # slack + 1 records it drops what is `max_size` or more ids behind, so it holds at most
         # max_size + slack records; backlogs read newest-first with LIMIT max_size, so they stay exact.
-        # trim_first > 0 (the channel's size grows from it): the batch's leftovers go first. The global
+        # trim_first > 0 (the channel's size grows from it): the batch's leftovers go first. Trims run after
+        # the adds: each drops ids below the record that asked for it, so the result is the same. The global
         # references are trimmed by global id the same way, every max_global / 16 ids.
         APPEND = script(RESET + <<~LUA)
           local refs = KEYS[3]
@@ -73,37 +78,94 @@ module Herald
             epoch = ARGV[4]
             redis.call('HSET', KEYS[1], 'epoch', epoch)
           end
-          local first = gid + 1
-          local out = {epoch, reset, first}
-          local last_of = {}
-          for i = 1, #KEYS - 3 do
-            local a, set = 6 + (i - 1) * 6, KEYS[3 + i]
-            local key, size, slack, trim_first = ARGV[a + 1], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+          -- The set lives as long as its longest-lived record (each carries its own expiry, filtered on
+          -- read): a publish with a short max_backlog_age must not expire the others' messages.
+          -- In milliseconds: TTL rounds to whole seconds, which cut a short age by up to half a second.
+          local function expire(set, ttl)
+            if redis.call('PTTL', set) < ttl then
+              redis.call('PEXPIRE', set, ttl + math.min(math.floor(ttl / 16), 60000))
+            end
+          end
+          local function finish(first, last)
+            redis.call('HSET', KEYS[1], 'gid', last)
+            local max_global = tonumber(ARGV[5])
+            local step = math.max(math.floor(max_global / 16), 1)
+            if last > max_global and math.floor(last / step) ~= math.floor((first - 1) / step) then
+              redis.call('ZREMRANGEBYSCORE', refs, '-inf', last - max_global)
+            end
+          end
+          local n = #KEYS - 3
+          if n == 1 then -- one record (no concurrency): the same steps without the tables
+            local set, key, size, slack = KEYS[4], ARGV[7], tonumber(ARGV[9]), tonumber(ARGV[11])
+            local trim_first = tonumber(ARGV[12])
             gid = gid + 1
             local mid = redis.call('HINCRBY', KEYS[2], key, 1)
             if mid <= floor then
               mid = floor + 1
               redis.call('HSET', KEYS[2], key, mid)
             end
-            if trim_first > 0 then trim(set, mid - 1 - trim_first) end
             local ids = struct.pack('>dd', gid, mid)
-            redis.call('ZADD', set, mid, ids .. ARGV[a + 2])
+            redis.call('ZADD', set, mid, ids .. ARGV[8])
             redis.call('ZADD', refs, gid, string.sub(ids, 9, 16) .. set)
-            if mid > size and (mid - size) % (slack + 1) == 0 then trim(set, mid - size) end
-            -- The set lives as long as its longest-lived record (each carries its own expiry, filtered on
-            -- read): a publish with a short max_backlog_age must not expire the others' messages.
-            -- In milliseconds: TTL rounds to whole seconds, which cut a short age by up to half a second.
-            if redis.call('PTTL', set) < tonumber(ARGV[a + 4]) then redis.call('PEXPIRE', set, ARGV[a + 4]) end
+            local cut = (trim_first > 0) and (mid - 1 - trim_first) or 0
+            if mid > size and (mid - size) % (slack + 1) == 0 then cut = math.max(cut, mid - size) end
+            if cut > 0 then trim(set, cut) end
+            expire(set, tonumber(ARGV[10]))
+            finish(gid, gid)
+            redis.call('PUBLISH', ARGV[6], string.format('%d', gid) .. ',' .. key)
+            return {epoch, reset, gid, mid}
+          end
+          -- Channel ids: one HINCRBY per channel for all its records (ids above the floor after a reset).
+          local count, keys = {}, {}
+          for i = 1, n do
+            local key = ARGV[7 + (i - 1) * 6]
+            if not count[key] then keys[#keys + 1] = key end
+            count[key] = (count[key] or 0) + 1
+          end
+          local next_mid = {}
+          for _, key in ipairs(keys) do
+            local mid = redis.call('HINCRBY', KEYS[2], key, count[key]) - count[key] + 1
+            if mid <= floor then
+              mid = floor + 1
+              redis.call('HSET', KEYS[2], key, mid + count[key] - 1)
+            end
+            next_mid[key] = mid
+          end
+          local first = gid + 1
+          local out = {epoch, reset, first}
+          local sets, adds, cut, ttl_of, ref_args, last_of = {}, {}, {}, {}, {}, {}
+          for i = 1, n do
+            local a, set = 6 + (i - 1) * 6, KEYS[3 + i]
+            local key, size, ttl = ARGV[a + 1], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
+            local slack, trim_first = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+            gid = gid + 1
+            local mid = next_mid[key]
+            next_mid[key] = mid + 1
+            local ids = struct.pack('>dd', gid, mid)
+            local add = adds[set]
+            if not add then
+              add = {}
+              adds[set], cut[set], ttl_of[set] = add, 0, 0
+              sets[#sets + 1] = set
+            end
+            add[#add + 1] = mid
+            add[#add + 1] = ids .. ARGV[a + 2]
+            ref_args[#ref_args + 1] = gid
+            ref_args[#ref_args + 1] = string.sub(ids, 9, 16) .. set
+            if trim_first > 0 then cut[set] = math.max(cut[set], mid - 1 - trim_first) end
+            if mid > size and (mid - size) % (slack + 1) == 0 then cut[set] = math.max(cut[set], mid - size) end
+            if ttl > ttl_of[set] then ttl_of[set] = ttl end
             out[#out + 1] = mid
             if not last_of[key] then last_of[#last_of + 1] = key end
             last_of[key] = gid
           end
-          redis.call('HSET', KEYS[1], 'gid', gid)
-          local max_global = tonumber(ARGV[5])
-          local step = math.max(math.floor(max_global / 16), 1)
-          if gid > max_global and math.floor(gid / step) ~= math.floor((first - 1) / step) then
-            redis.call('ZREMRANGEBYSCORE', refs, '-inf', gid - max_global)
+          for _, set in ipairs(sets) do redis.call('ZADD', set, unpack(adds[set])) end
+          redis.call('ZADD', refs, unpack(ref_args))
+          for _, set in ipairs(sets) do
+            if cut[set] > 0 then trim(set, cut[set]) end
+            expire(set, ttl_of[set])
           end
+          finish(first, gid)
           for i = 1, #last_of do
             local key = last_of[i]
             redis.call('PUBLISH', ARGV[6], string.format('%d', last_of[key]) .. ',' .. key)

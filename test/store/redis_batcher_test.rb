@@ -1,0 +1,73 @@
+# frozen_string_literal: true
+
+require_relative "../test_helper"
+require "herald/store/redis"
+
+# Herald::Store::Redis::Batcher on its own, with a block standing in for the script call (the Redis tests
+# run it against the server): every caller gets its own result, concurrent callers share calls, errors
+# reach every caller of the batch, and nothing is left waiting after a failure or a killed thread.
+class RedisBatcherTest < Minitest::Test
+  Batcher = Herald::Store::Redis::Batcher
+
+  # A stand-in for the round trip: sleeps (as a socket wait does, without the GVL) and answers each
+  # request with its text reversed.
+  def batcher(delay: 0.0005, &check)
+    @sizes = []
+    Batcher.new do |requests|
+      @sizes << requests.size
+      check&.call(requests)
+      sleep delay
+      requests.map { |r| r.reverse }
+    end
+  end
+
+  def test_concurrent_callers_share_calls_and_each_gets_its_own_result
+    b = batcher
+    results = Array.new(8) { |t| Thread.new { Array.new(50) { |i| ["#{t} #{i} é🎉\u0000", b.call("#{t} #{i} é🎉\u0000")] } } }.flat_map(&:value)
+    results.each { |sent, got| assert_equal sent.reverse, got }
+    assert_equal 400, @sizes.sum
+    assert_operator @sizes.size, :<, 100, "#{@sizes.size} calls for 400 concurrent requests: #{@sizes.tally}"
+    assert_operator @sizes.max, :<=, Batcher::MAX
+  end
+
+  # After a shared batch the next leader waits (GATHER) for the others once; a thread left alone then
+  # calls straight away again.
+  def test_a_thread_left_alone_stops_gathering
+    b = batcher(delay: 0)
+    Array.new(4) { Thread.new { 20.times { |i| b.call(i.to_s) } } }.each(&:join)
+    waits = Array.new(20) do
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      b.call("x")
+      Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
+    end
+    assert_operator waits.count { |w| w >= Batcher::GATHER }, :<=, 3, waits.inspect
+    assert_equal [1] * 19, @sizes.last(19)
+  end
+
+  def test_an_error_reaches_every_caller_of_the_batch_and_the_next_calls_work
+    failing = true
+    b = batcher { raise Herald::ConnectionError, "lost" if failing }
+    errors = Array.new(6) { Thread.new { b.call("a") rescue $! } }.map(&:value) # standard:disable Style/RescueModifier
+    assert errors.all? { |e| e.is_a?(Herald::ConnectionError) }, errors.inspect
+    failing = false
+    assert_equal %w[a b c d], Array.new(4) { |i| Thread.new { b.call(%w[a b c d][i]) } }.map(&:value)
+  end
+
+  # A leader killed mid-call (Thread#kill, Timeout) gives its batch an error; later callers are served.
+  def test_a_killed_leader_leaves_nobody_waiting
+    entered = Queue.new
+    b = Batcher.new do |requests|
+      entered << true
+      sleep 10 if requests.include?("stuck")
+      requests
+    end
+    stuck = Thread.new { b.call("stuck") }
+    entered.pop
+    waiting = Array.new(3) { |i| Thread.new { b.call("w#{i}") rescue $! } } # standard:disable Style/RescueModifier
+    sleep 0.05
+    stuck.kill
+    stuck.join
+    assert_equal %w[w0 w1 w2], waiting.map { |t| Timeout.timeout(5) { t.value } }
+    assert_equal "after", Timeout.timeout(5) { b.call("after") }
+  end
+end
