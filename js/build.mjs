@@ -26,6 +26,12 @@ await build({
 const built = readFileSync(join(here, "dist", "herald.js"));
 const gzip = gzipSync(built, { level: 9 }).length;
 console.log(`dist/herald.js: ${built.length} bytes, ${gzip} gzip`);
+// The issue's budget for the served client, decoder included (issue 13).
+const BUDGET = 8192;
+if (gzip > BUDGET) {
+  console.error(`dist/herald.js is ${gzip} bytes gzip, over the ${BUDGET}-byte budget`);
+  process.exit(1);
+}
 if (check) {
   if (!existsSync(gemCopy) || !readFileSync(gemCopy).equals(built)) {
     console.error(`${gemCopy} is stale: run \`npm run build -w js\` and commit it`);

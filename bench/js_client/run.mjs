@@ -47,9 +47,8 @@ const CHUNK = 65536;
 
 // In the page: Herald's client, counting callbacks.
 async function heraldRun(page, { transport, body, type, set, total }) {
-  return page.evaluate(async ({ transport, body, type, chans, total, CHUNK }) => {
+  return measured(page, () => page.evaluate(async ({ transport, body, type, chans, total, CHUNK }) => {
     const bytes = parent.bodies[body];
-    const heap0 = await parent.settledHeap();
     let t0 = 0, tFirstByte = 0, tFirstCallback = 0, count = 0, served = false;
     const replay = async (url, init) => {
       if (served) return new Promise((_, reject) => init.signal.addEventListener("abort", () => reject(new DOMException("aborted", "AbortError"))));
@@ -78,16 +77,15 @@ async function heraldRun(page, { transport, body, type, set, total }) {
       for (const c of chans) bus.subscribe(c, callback, { lastId: 0 });
     });
     await new Promise((r) => setTimeout(r, 50));
-    return { ...result, heap: (await parent.settledHeap()) - heap0, count };
-  }, { transport, body, type, chans: channels(set), total, CHUNK });
+    return { ...result, count };
+  }, { transport, body, type, chans: channels(set), total, CHUNK }));
 }
 
 // In the page: message_bus's client (npm message-bus-client 4.5.2) with its XHR adapter, on a replaying XHR.
 async function messageBusRun(page, { chunked, set, total }) {
-  return page.evaluate(async ({ chunked, chans, total, CHUNK, DEADLINE }) => {
+  return measured(page, () => page.evaluate(async ({ chunked, chans, total, CHUNK, DEADLINE }) => {
     let giveUp = null;
     const bytes = parent.bodies[chunked ? "jsonStream" : "json"];
-    const heap0 = await parent.settledHeap();
     let t0 = 0, tFirstByte = 0, tFirstCallback = 0, count = 0, served = false;
     class ReplayXHR {
       constructor() { this.readyState = 0; this.status = 0; this.responseText = ""; this.onprogress = null; this.onreadystatechange = null; }
@@ -153,8 +151,35 @@ async function messageBusRun(page, { chunked, set, total }) {
       for (const c of chans) bus.subscribe(c, callback, 0);
     });
     await new Promise((r) => setTimeout(r, 50));
-    return { ...result, heap: (await parent.settledHeap()) - heap0, count };
-  }, { chunked, chans: channels(set), total, CHUNK, DEADLINE });
+    return { ...result, count };
+  }, { chunked, chans: channels(set), total, CHUNK, DEADLINE }));
+}
+
+// Heap growth (usedJSHeapSize once garbage is gone, after minus before) and the CPU time of the renderer's
+// main thread during the run (from /proc: it leaves out the time spent waiting for a core, which inflates
+// wall times on a loaded machine, and the work of other threads: GC helpers, JIT compilers).
+async function measured(page, run) {
+  const heap0 = await page.evaluate(() => parent.settledHeap());
+  const cpu0 = await mainThreadCpu();
+  const result = await run();
+  const cpu = (await mainThreadCpu()) - cpu0;
+  const heap = (await page.evaluate(() => parent.settledHeap())) - heap0;
+  return { ...result, cpu, heap };
+}
+
+let rendererPid = 0;
+async function mainThreadCpu() {
+  if (!rendererPid) {
+    // The page's renderer: the one whose CPU time grows while the page spins for 300 ms.
+    const cdp = await browser.newBrowserCDPSession();
+    const info = async () => (await cdp.send("SystemInfo.getProcessInfo")).processInfo.filter((p) => p.type === "renderer");
+    const before = new Map((await info()).map((p) => [p.id, p.cpuTime]));
+    await page.evaluate(() => { const end = performance.now() + 300; while (performance.now() < end); });
+    const after = (await info()).filter((p) => before.has(p.id));
+    rendererPid = after.sort((x, y) => (y.cpuTime - before.get(y.id)) - (x.cpuTime - before.get(x.id)))[0].id;
+  }
+  // schedstat: nanoseconds on a CPU (stat counts 10 ms ticks)
+  return Number(readFileSync(`/proc/${rendererPid}/task/${rendererPid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
 }
 
 const ROWS = [
@@ -164,6 +189,12 @@ const ROWS = [
   { name: "message-bus.js, chunked (its default)", mb: true, run: (p, set) => messageBusRun(p, { chunked: true, set, total: COUNT }) },
   { name: "message-bus.js, not chunked", mb: true, run: (p, set) => messageBusRun(p, { chunked: false, set, total: COUNT }) },
 ];
+// A/B: OLD_SCRIPT=path/to/an/older/herald.js adds its stream row (e.g. `git show REV:lib/herald/rack/herald.js`).
+if (process.env.OLD_SCRIPT) {
+  ROWS.splice(1, 0, { name: "Herald client, stream, MessagePack (OLD_SCRIPT)", script: readFileSync(process.env.OLD_SCRIPT, "utf8"), run: ROWS[0].run });
+}
+// NO_CHUNKED=1 leaves out message-bus.js's chunked row (minutes at 250k; "vs its default" then reads "-").
+if (process.env.NO_CHUNKED === "1") ROWS.splice(ROWS.findIndex((r) => r.name.startsWith("message-bus.js, chunked")), 1);
 
 // The real server's reply bodies for the 5 channels from id 0, fetched by the page itself.
 async function loadBodies(page, set) {
@@ -201,10 +232,19 @@ async function bodySizes(servers, set) {
   const body = channels(set).map((c) => `${encodeURIComponent(c)}=0`).join("&");
   const sizes = {};
   for (const [name, server, accept] of [["JSON", servers.json, "application/json"], ["MessagePack", servers.msgpack, "application/vnd.msgpack"]]) {
-    const r = await fetch(`${server.url}/message-bus/sizes${name}/poll?dlp=t`, {
-      method: "POST", body, headers: { "content-type": "application/x-www-form-urlencoded", "dont-chunk": "true", accept },
-    });
-    const bytes = Buffer.from(await r.arrayBuffer());
+    // Retried: once, after a 50k run at load 5-7, the server's side of this request closed early.
+    let bytes;
+    for (let attempt = 1; !bytes; attempt++) {
+      try {
+        const r = await fetch(`${server.url}/message-bus/sizes${name}/poll?dlp=t`, {
+          method: "POST", body, headers: { "content-type": "application/x-www-form-urlencoded", "dont-chunk": "true", accept },
+        });
+        bytes = Buffer.from(await r.arrayBuffer());
+      } catch (error) {
+        if (attempt === 3) throw error;
+        console.error(`body sizes: ${error.message} (${error.cause?.message}); again`);
+      }
+    }
     sizes[name] = { raw: bytes.length, gzip: gzipSync(bytes, { level: 6 }).length, brotli: brotliCompressSync(bytes).length };
   }
   return sizes;
@@ -244,13 +284,15 @@ try {
         if (row.mb) {
           await frame.addScriptTag({ url: "/assets/message-bus.js" });
           await frame.addScriptTag({ url: "/assets/message-bus-ajax.js" });
+        } else if (row.script) {
+          await frame.addScriptTag({ content: row.script });
         } else {
           await frame.addScriptTag({ url: "/message-bus/herald.js" });
         }
         const r = await row.run(frame, set);
         if (r.count !== COUNT && !r.stopped) throw new Error(`${row.name}: ${r.count} callbacks, expected ${COUNT}`);
         ((results[set] ||= {})[row.name] ||= []).push(r);
-        console.error(`${set} round ${round + 1} ${row.name}: ${fmt(r.total)} ms (first callback ${fmt(r.firstCallback, 1)} ms after the first byte, heap ${fmt(r.heap / 1e6, 1)} MB)`);
+        console.error(`${set} round ${round + 1} ${row.name}: ${fmt(r.total)} ms, main thread CPU ${fmt(r.cpu)} ms (first callback ${fmt(r.firstCallback, 1)} ms after the first byte, heap ${fmt(r.heap / 1e6, 1)} MB)`);
       }
     }
   }
@@ -263,15 +305,18 @@ try {
   out.push(`- Chromium ${version} headless, ${execFileSync("nproc").toString().trim()} cores, ${new Date().toISOString().slice(0, 10)}; \`herald server\` (Puma, log store) on loopback`);
   out.push(`- command: \`node bench/js_client/run.mjs\` (ROUNDS=${ROUNDS}, COUNT=${COUNT}); median of ${ROUNDS} runs per row, rows interleaved and rotated per round; load average ${loadBefore} before, ${loadavg().map((x) => x.toFixed(1)).join(" ")} after`);
   out.push(`- ${fmt(COUNT)} message_bus-style messages on 5 channels, subscribed from id 0; "mixed": about 10% carry non-ASCII text (accents, CJK, Cyrillic, emoji); "ascii": none`);
-  out.push("- ms: the request to the last callback, on the real server's reply bytes replayed from memory in 64 KiB chunks (see the top of run.mjs); first callback: after the first chunk; heap: usedJSHeapSize after stop() and two forced GCs a task apart, minus before (ArrayBuffers are not in it)", "");
+  out.push("- ms: the request to the last callback, on the real server's reply bytes replayed from memory in 64 KiB chunks (see the top of run.mjs); main thread CPU: the renderer main thread's CPU time over the same run (/proc schedstat: what the page's thread itself spent, without waiting for a core; GC helper and compiler threads not included); first callback: after the first chunk; heap: usedJSHeapSize after stop() and two forced GCs a task apart, minus before (ArrayBuffers are not in it)", "");
   for (const set of ["mixed", "ascii"]) {
-    const base = median(results[set]["message-bus.js, chunked (its default)"].map((r) => r.total));
+    const chunkedRow = results[set]["message-bus.js, chunked (its default)"];
+    const base = chunkedRow ? median(chunkedRow.map((r) => r.total)) : NaN;
     const fastest = Math.min(...ROWS.filter((r) => r.mb).map((r) => median(results[set][r.name].map((x) => x.total))));
     out.push(`## ${set === "mixed" ? "Mixed text" : "ASCII-only text"}`, "");
-    out.push("| path | ms, median (min–max) | messages/s | vs message-bus.js default | vs its fastest | first callback after first byte, ms | heap after, MB |");
-    out.push("|---|---:|---:|---:|---:|---:|---:|");
+    const fastestCpu = Math.min(...ROWS.filter((r) => r.mb).map((r) => median(results[set][r.name].map((x) => x.cpu))));
+    out.push("| path | ms, median (min–max) | messages/s | vs message-bus.js default | vs its fastest | main thread CPU, ms | CPU vs its fastest | first callback after first byte, ms | heap after, MB |");
+    out.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
     const ms = (x, digits = 0) => Number.isFinite(x) ? fmt(x, digits) : `> ${fmt(DEADLINE)}`;
     const ratio = (a, b) => {
+      if (Number.isNaN(a)) return "-";
       if (!Number.isFinite(b)) return Number.isFinite(a) ? `< ${fmt(a / DEADLINE, 2)}x` : "1.00x";
       return Number.isFinite(a) ? `${fmt(a / b, 2)}x` : `> ${fmt(DEADLINE / b, 2)}x`;
     };
@@ -280,7 +325,9 @@ try {
       const totals = rs.map((r) => r.total);
       const total = median(totals);
       const spread = `${ms(Math.min(...totals))}–${ms(Math.max(...totals))}`;
-      out.push(`| ${row.name} | ${ms(total)} (${spread}) | ${Number.isFinite(total) ? fmt(COUNT / total * 1000 / 1e6, 2) + "M" : "-"} | ${ratio(base, total)} | ${ratio(fastest, total)} | ${ms(median(rs.map((r) => r.firstCallback)), 1)} | ${fmt(median(rs.map((r) => r.heap)) / 1e6, 1)} |`);
+      const cpu = median(rs.map((r) => r.cpu));
+      const cpuCell = Number.isFinite(total) ? fmt(cpu) : `> ${fmt(cpu)}`;
+      out.push(`| ${row.name} | ${ms(total)} (${spread}) | ${Number.isFinite(total) ? fmt(COUNT / total * 1000 / 1e6, 2) + "M" : "-"} | ${ratio(base, total)} | ${ratio(fastest, total)} | ${cpuCell} | ${Number.isFinite(total) ? fmt(fastestCpu / cpu, 2) + "x" : "-"} | ${ms(median(rs.map((r) => r.firstCallback)), 1)} | ${fmt(median(rs.map((r) => r.heap)) / 1e6, 1)} |`);
     }
     out.push("");
     out.push(`Reply bodies for the 5 channels: JSON ${fmt(sizes[set].JSON.raw / 1e6, 1)} MB (gzip ${fmt(sizes[set].JSON.gzip / 1e6, 2)}, brotli ${fmt(sizes[set].JSON.brotli / 1e6, 2)}), MessagePack ${fmt(sizes[set].MessagePack.raw / 1e6, 1)} MB (gzip ${fmt(sizes[set].MessagePack.gzip / 1e6, 2)}, brotli ${fmt(sizes[set].MessagePack.brotli / 1e6, 2)}).`, "");

@@ -15,6 +15,7 @@ export interface BodyReader {
 }
 
 export const SEPARATOR = "\r\n|\r\n";
+const JOINT = 4096; // bytes of a new chunk joined to the rest of the last one
 const ESCAPED_SEPARATOR = /\r\n\|\|\r\n/g;
 
 /**
@@ -31,9 +32,36 @@ export class MessagePackReader implements BodyReader {
   constructor(private sink: Sink, private decoder: MessagePackDecoder = new Decoder()) {}
 
   push(chunk: Uint8Array): void {
-    this.append(chunk);
+    const rest = this.len - this.pos;
+    if (rest > 0 && rest < JOINT && chunk.length > JOINT) {
+      // A value cut by the edge of the last chunk: read it from a small joint of its start and this chunk's
+      // beginning, then go on in the chunk itself (appending the whole chunk to the rest cost a 64 KiB copy
+      // and allocation per chunk, 14% of a cold run's profile).
+      const joint = new Uint8Array(rest + JOINT);
+      joint.set(this.buf.subarray(this.pos, this.len));
+      joint.set(chunk.subarray(0, JOINT), rest);
+      this.buf = joint;
+      this.pos = 0;
+      this.len = joint.length;
+      this.read(rest);
+      if (this.pos >= rest) {
+        this.buf = chunk;
+        this.pos -= rest;
+        this.len = chunk.length;
+      } else {
+        this.len = rest; // a longer value: its start, then the whole chunk
+        this.append(chunk);
+      }
+    } else {
+      this.append(chunk);
+    }
+    this.read(Infinity);
+  }
+
+  // Reads values while they start before `limit`.
+  private read(limit: number): void {
     const d = this.decoder;
-    for (;;) {
+    while (this.pos < limit) {
       if (this.left === 0) {
         if (this.pos >= this.len) break;
         const header = this.arrayHeader();

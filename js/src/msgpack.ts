@@ -2,7 +2,7 @@
 // It is small (about 1.3 KB gzip) and decodes one value at a time from any offset, so the stream reader
 // can hand each message of a 250,000-message backlog to its callbacks while the rest is still arriving.
 // What keeps it fast in Chromium, each measured (bench/js_client/RESULTS.md): one reused instance; strings
-// up to 200 bytes decoded in JavaScript into a reused array and made by one String.fromCharCode (a
+// up to 200 bytes decoded in JavaScript into reused arrays and made by one String.fromCharCode (a
 // TextDecoder call costs about 2 us there), longer ones with TextDecoder; a cache of short map keys; maps
 // built by a constructor, so that V8 keeps all their properties inline.
 
@@ -49,7 +49,11 @@ export class Decoder implements MessagePackDecoder {
   private n = 0;
   private text = new TextDecoder("utf-8");
   private keys: Array<Array<{ bytes: Uint8Array; value: string }>> = [];
-  private units: number[] = [];
+  // Strings are built in `scratch`, then copied to units[n], an array of exactly n elements kept for strings
+  // of n UTF-16 units, for String.fromCharCode.apply: one reused array, cut to each string's length, was
+  // trimmed and grown again and again (renderer main-thread CPU for 50k ASCII messages 68 -> 60 ms).
+  private units: number[][] = [];
+  private scratch: number[] = new Array(SHORT_STRING).fill(0);
 
   decode(bytes: Uint8Array, offset: number, length: number = bytes.length): unknown {
     this.at(bytes, offset, length);
@@ -200,7 +204,7 @@ export class Decoder implements MessagePackDecoder {
   // substitutes U+FFFD as it does everywhere else.
   private utf8(start: number, end: number): string {
     const b = this.b;
-    const units = this.units;
+    const units = this.scratch;
     let n = 0;
     for (let i = start; i < end;) {
       const c = b[i++];
@@ -224,8 +228,14 @@ export class Decoder implements MessagePackDecoder {
       }
       return this.text.decode(b.subarray(start, end));
     }
-    units.length = n;
-    return String.fromCharCode.apply(null, units);
+    let out = this.units[n];
+    if (!out) {
+      out = [];
+      for (let i = 0; i < n; i++) out.push(0);
+      this.units[n] = out;
+    }
+    for (let i = 0; i < n; i++) out[i] = units[i];
+    return String.fromCharCode.apply(null, out);
   }
 
   private bin(length: number): Uint8Array {

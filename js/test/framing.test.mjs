@@ -147,3 +147,19 @@ test("a long MessagePack body: strings across pieces and buffer appends (SEED to
     assert.deepEqual(feed((s) => new MessagePackReader(s), bytes, cuts), body, `seed ${random.seed} round ${round}`);
   }
 });
+
+// The reader reads a value cut by a piece's edge from a small joint of its start and the next piece's first
+// 4 KiB, then goes on in the piece itself; a longer value falls back to appending the whole piece. Pieces
+// of fixed sizes around that joint, on messages short and long (up to 30 KB), ASCII and not.
+test("a long MessagePack body in fixed-size pieces, values cut at every kind of edge", () => {
+  const body = Array.from({ length: 2000 }, (_, i) => msg(i + 1, {
+    text: i % 97 === 0 ? "日本語 ".repeat(1 + (i % 5) * 1000) : `message ${i} ${"é".repeat(i % 7)}`,
+    n: i * 1000,
+  }, `/ch/${i % 3}`));
+  const bytes = concat(encode(body.slice(0, 1500)), encode(body.slice(1500)));
+  for (const size of [1, 4095, 4096, 4097, 4200, 8191, 65536, 70001]) {
+    const cuts = [];
+    for (let at = size; at < bytes.length; at += size) cuts.push(at);
+    assert.deepEqual(feed((s) => new MessagePackReader(s), bytes, cuts), body, `pieces of ${size}`);
+  }
+});

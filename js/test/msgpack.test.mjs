@@ -76,6 +76,47 @@ test("every strict prefix of a value is INCOMPLETE, for decode and skip", () => 
   assert.deepEqual(decoder.decode(bytes, 0, bytes.length), value);
 });
 
+// The decoder does not check the limit before every read: it reads on and looks at its position at the end
+// (the bytes after `length` may be another value's, a reused buffer's old bytes, or nothing). Whatever is
+// there, a cut value must come back INCOMPLETE: no error, no huge allocation, no value made of garbage.
+test("every strict prefix is INCOMPLETE whatever bytes follow the limit (SEED to replay)", () => {
+  const random = seeded("garbage after the limit");
+  const value = [
+    { global_id: 70000, message_id: 3, channel: "/chät", data: { text: "🎉 ok".repeat(30), n: -5, f: 0.25, big: 2 ** 40, list: [1, -200, 3.5, null, true] } },
+    { global_id: 1, message_id: 2 ** 31, channel: "/c", data: { bin: new Uint8Array(300), long: "z".repeat(70000), at: new Date(1700000000123) } },
+  ];
+  const bytes = encode(value);
+  const traps = [0xdd, 0xdf, 0xdb, 0xc6, 0xc9, 0xff, 0xff, 0xff, 0xff]; // 32-bit array/map/str/bin/ext headers, max sizes
+  for (let cut = 0; cut < bytes.length; cut += cut < 400 ? 1 : 997) {
+    const copy = bytes.slice();
+    for (let i = cut; i < copy.length; i++) copy[i] = random.next() < 0.5 ? traps[random.int(traps.length)] : random.int(256);
+    assert.equal(decoder.decode(copy, 0, cut), INCOMPLETE, `seed ${random.seed}, garbage after ${cut}`);
+    assert.equal(decoder.decode(bytes.subarray(0, cut), 0, cut), INCOMPLETE, `nothing after ${cut}`);
+  }
+  assert.deepEqual(decoder.decode(bytes, 0, bytes.length), value);
+});
+
+test("two decoders used in turn on different bodies each read their own", () => {
+  const a = encode([{ channel: "/a", data: "é".repeat(10) }, { channel: "/a", data: 1 }]);
+  const b = encode([{ channel: "/b", data: "x".repeat(100) }]);
+  const da = new Decoder();
+  const db = new Decoder();
+  assert.equal(da.decode(a, 0, a.length - 3), INCOMPLETE);
+  assert.deepEqual(db.decode(b, 0, b.length), [{ channel: "/b", data: "x".repeat(100) }]);
+  assert.equal(da.skip(a, 0, a.length), a.length);
+  assert.deepEqual(da.decode(a, 0, a.length), [{ channel: "/a", data: "é".repeat(10) }, { channel: "/a", data: 1 }]);
+  assert.equal(da.end, a.length);
+  assert.equal(db.end, b.length);
+});
+
+test("map keys: many distinct keys of every short length, repeated (the key cache)", () => {
+  const keys = [];
+  for (let length = 1; length <= 20; length++) for (let i = 0; i < 60; i++) keys.push(`${i}`.padStart(length, "k").slice(-length));
+  keys.push("ü", "日本", "🎉x", "a\u0000b");
+  const value = Array.from({ length: 3 }, (_, round) => Object.fromEntries(keys.map((k, i) => [k, i + round])));
+  assert.deepEqual(decode(encode(value)), value);
+});
+
 test("a value decoded again after an attempt that ran out of bytes", () => {
   const value = ["a".repeat(10000), "b".repeat(10000), { key: "c".repeat(10000) }];
   const bytes = encode(value);
