@@ -110,10 +110,9 @@ module Herald
       # The ReplyCache of the current store (a new bus after Herald.reset! starts an empty one); nil when off.
       def reply_cache
         return nil unless @cache_polls
-        store = bus.store
         cache = @reply_cache
-        return cache if cache&.for?(store)
-        @reply_cache = ReplyCache.new(store: store, prefix: @prefix)
+        return cache if cache && (@bus || cache.for?(Herald.bus.store)) # a given bus keeps its store
+        @reply_cache = ReplyCache.new(store: bus.store, prefix: @prefix)
       end
 
       def active_clients = (@pid == ForkTracker.pid && @reactor) ? @reactor.size : 0
@@ -160,7 +159,7 @@ module Herald
         found = reply_cache.lookup(env, path, body)
         # The body is read: the Responder gets it (rack.input need not rewind: Rack 3).
         return found || ReplyCache::Miss.new(nil, body) unless found.is_a?(String)
-        skip_session(env)
+        skip_session(env) if env.key?("rack.session.options")
         return Responder.cached(self, env, found) unless @plain_headers && !env["HTTP_ACCEPT"]&.include?(MSGPACK_TYPE)
         env[Responder::SHARED_REPLY] = true
         [200, REPLY_HEADERS[JSON_TYPE].dup, [found]]

@@ -34,8 +34,14 @@ module Herald
       # The request body as .from_env parses it, read within the limit; nil when the channels do not come
       # from it (forced by an upstream middleware, or a multipart form that Rack may have parsed already).
       def self.body(env, max_body_bytes)
-        return nil if env.key?("message_bus.channels") || MULTIPART.match?(env["CONTENT_TYPE"].to_s)
+        return nil if env.key?("message_bus.channels") || multipart?(env["CONTENT_TYPE"])
         read_body(env, max_body_bytes)
+      end
+
+      # The regex only for a type starting with m (a regex match is ~10x a byte comparison; every poll asks).
+      def self.multipart?(type)
+        byte = type&.getbyte(0)
+        (byte == 109 || byte == 77) && MULTIPART.match?(type)
       end
 
       # SSE: channels ride in the query string (EventSource can only GET), as `?/chat=5&/news=`.
