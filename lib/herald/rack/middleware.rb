@@ -148,7 +148,7 @@ module Herald
 
       # A POST poll asked before while the store is unchanged (clients with nothing new, many clients at the
       # same positions): the ReplyCache's body with this request's headers, before the path is split or a
-      # Responder built (a poll through Puma costs about twice a 404; this keeps it near one). Otherwise nil
+      # Responder built (that work was most of what a poll cost beyond Puma's own). Otherwise nil
       # or a ReplyCache::Miss with the body read, under which the Responder keeps a shareable reply (when it
       # has a cache: none for a request not to share).
       def cached(env, path)
