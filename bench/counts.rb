@@ -10,7 +10,8 @@
 #
 # Cases: publish (Log :interval), backlog (Log backlog of 10 + last_ids), poll (a dlp=t poll of two channels
 # through Herald's middleware, Rack env, no server: 10 messages and a status), poll10 (the HTTP bench's poll:
-# one channel, the same 10 messages every time), form (decoding a 3-channel poll form).
+# one channel, the same 10 messages every time: answered from the middleware's reply cache), poll10-built (the
+# same with the reply cache off: every reply built), form (decoding a 3-channel poll form).
 require_relative "harness"
 require "herald"
 require "stringio"
@@ -30,8 +31,10 @@ def cases(dir)
   log = Herald::Bus.new(store: Herald::Store::Log.new(dir: File.join(dir, "log"), fsync: :interval))
   10.times { |i| log.publish("/bench/poll", {"n" => i, "text" => "message #{i}"}) }
   app = Herald::Rack::Middleware.new(->(_env) { [404, {}, []] }, bus: log)
+  uncached = Herald::Rack::Middleware.new(->(_env) { [404, {}, []] }, bus: log, reply_cache: false)
   env = poll_env
   same = poll_env("%2Fbench%2Fpoll=0")
+  built = poll_env("%2Fbench%2Fpoll=0")
   {
     "publish" => -> { log.publish("/test/channel", DATA) },
     "backlog" => -> { log.last_ids("/bench/poll", "/news") && log.backlog("/bench/poll", 0) },
@@ -43,6 +46,11 @@ def cases(dir)
     "poll10" => lambda {
       same["rack.input"].rewind
       _, _, body = app.call(same)
+      body.close if body.respond_to?(:close)
+    },
+    "poll10-built" => lambda {
+      built["rack.input"].rewind
+      _, _, body = uncached.call(built)
       body.close if body.respond_to?(:close)
     },
     "form" => -> { Herald::Rack::PollRequest.decode_form(BODY) }

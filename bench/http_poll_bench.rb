@@ -10,6 +10,7 @@ require "herald"
 require "json"
 require "securerandom"
 require "logger"
+require "net/http"
 
 SECONDS = [(3 * Bench::SCALE).round, 1].max
 ROUNDS = [Bench::ROUNDS, 3].max
@@ -42,6 +43,16 @@ def poll_url(name, server)
   server.url + path
 end
 
+# The reply the middleware gave (headers and body), set as the prebuilt reply of the test server's
+# /test/prebuilt route: Puma answering exactly those bytes from the app behind the middleware, with no work.
+PREBUILT = "Puma answering the middleware's reply prebuilt (same headers and body)"
+def prebuilt_url(server, poll)
+  response = Net::HTTP.post(URI(poll), BODY, "Content-Type" => "application/x-www-form-urlencoded")
+  headers = response.to_hash.except("content-length", "connection", "transfer-encoding").transform_values { |v| v.join("\n") }
+  server.post("/test/prebuilt/set", JSON.generate("headers" => headers, "body" => response.body.force_encoding(Encoding::UTF_8)))
+  server.url + "/test/prebuilt"
+end
+
 abort "bench/http_poll_bench.rb needs wrk (apt-get install wrk)" unless system("which wrk > /dev/null")
 
 IMPLS = Bench::IMPLS.merge(Bench::FRONT_IMPLS)
@@ -57,6 +68,11 @@ IMPLS.empty? or Dir.mktmpdir("herald-wrk") do |tmp|
     if puma
       urls[floor_name] = puma.url + "/not-found"
       pids[floor_name] = puma.pid
+    end
+    herald_puma = servers["Herald middleware"]
+    if herald_puma
+      urls[PREBUILT] = prebuilt_url(herald_puma, urls["Herald middleware"])
+      pids[PREBUILT] = herald_puma.pid
     end
     rates = Hash.new { |h, k| h[k] = [] }
     cpu = Hash.new { |h, k| h[k] = [] }
@@ -74,11 +90,14 @@ IMPLS.empty? or Dir.mktmpdir("herald-wrk") do |tmp|
             "/message-bus/<id>/poll?dlp=t with body `/bench/poll=0` on a channel holding 10 messages (893-byte reply). " \
             "One process per server, #{Bench::THREADS} Puma (or app) threads. #{Bench.store_note} `herald server` " \
             "answers polls on its own event loop (Herald::Server::Front). The Puma row is Puma answering a 404 from the " \
-            "app behind the middleware: no middleware on Puma can be faster than that. Server CPU per request (user + " \
+            "app behind the middleware: no middleware on Puma can be faster than that. The prebuilt row is Puma answering, " \
+            "from the app behind the middleware, the very headers and body the middleware answered: what Puma itself costs " \
+            "for this reply. Server CPU per request (user + " \
             "system time of the server process over the round, /proc/PID/stat) follows each rate: it holds under load. " \
-            "`herald server` answers a poll it has answered before (the same channels and positions, client id aside) from " \
-            "its reply cache while the store is unchanged, as every wrk request here is; the row with the cache off is what " \
-            "a poll costs when it must be built (every client at its own positions).") do |s|
+            "The middleware and `herald server` answer a poll they have answered before (the same channels and positions, " \
+            "client id aside) from their reply cache (Herald::Rack::ReplyCache) while the store is unchanged, as every wrk " \
+            "request here is; the row with the cache off is what a poll costs when it must be built (every client at its " \
+            "own positions).") do |s|
       rates.each do |name, list|
         s.add(name, Bench.median(list), baseline: name.start_with?("message_bus"), unit: "req/s", samples: list,
           extra: format("%.0f us CPU/req", Bench.median(cpu[name])))
@@ -101,8 +120,15 @@ IMPLS.empty? or Dir.mktmpdir("herald-wrk") do |tmp|
     if herald && floor_rates
       floor = Bench.median(floor_rates)
       puts format("Target: the middleware on Puma >= 85%% of Puma's own 404: %.0f%% (%s); %.2fx message_bus. " \
-        "Per request Herald adds %.0f us to Puma's %.0f us, message_bus %.0f us.\n\n", 100 * herald / floor,
+        "Per request Herald adds %.0f us to Puma's %.0f us, message_bus %.0f us.\n", 100 * herald / floor,
         (herald / floor >= 0.85) ? "met" : "missed", herald / mb.to_f, 1e6 / herald - 1e6 / floor, 1e6 / floor, 1e6 / mb.to_f - 1e6 / floor)
+      prebuilt = rates[PREBUILT].then { |list| list.empty? ? nil : Bench.median(list) }
+      if prebuilt
+        puts format("Puma answering the same reply prebuilt: %.0f%% of its 404 rate (%.0f vs %.0f us CPU/request); " \
+          "the middleware reaches %.0f%% of that (%.0f us CPU/request).\n", 100 * prebuilt / floor, Bench.median(cpu[PREBUILT]),
+          Bench.median(cpu[floor_name]), 100 * herald / prebuilt, Bench.median(cpu["Herald middleware"]))
+      end
+      puts
     end
   end
 end
@@ -137,13 +163,16 @@ Dir.mktmpdir("herald-poll-inproc") do |dir|
   10.times { |i| [mb, herald].each { |bus| bus.publish("/bench/poll", {"n" => i, "text" => "message #{i}"}) } }
   mb_app = MessageBus::Rack::Middleware.new(not_found, message_bus: mb)
   herald_app = Herald::Rack::Middleware.new(not_found, bus: herald)
+  uncached_app = Herald::Rack::Middleware.new(not_found, bus: herald, reply_cache: false)
   Bench.section("Poll through the middleware alone (Rack env, no server)",
     note: "The request of the section above (10 messages, dlp=t) as a Rack env handed to each middleware's `call`; " \
           "one thread. #{Bench.store_note}") do |s|
     s.measure("message_bus 4.5.1 middleware", ops: 5_000, baseline: true) { |n| call_polls(mb_app, n, poll_env) }
     s.measure("Herald middleware", ops: 5_000) { |n| call_polls(herald_app, n, poll_env) }
+    s.measure("Herald middleware, reply cache off", ops: 5_000) { |n| call_polls(uncached_app, n, poll_env) }
   end
   herald_app.close
+  uncached_app.close
   herald.close
   mb.destroy
 end

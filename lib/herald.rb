@@ -57,6 +57,7 @@ require_relative "herald/rack/socket_connection" # ... on a hijacked socket (Pum
 require_relative "herald/rack/queue_connection"  # ... through a Rack body (Falcon, fallback)
 require_relative "herald/rack/reactor"           # the one event loop holding parked clients
 require_relative "herald/rack/responder"         # one request: backlog, reply or park
+require_relative "herald/rack/reply_cache"       # replies to repeated polls, kept while the store is unchanged
 require_relative "herald/rack/client_script"     # the browser client, served at {base}message-bus/herald.js
 require_relative "herald/rack/middleware"        # the Rack middleware (message_bus protocol, SSE, msgpack)
 

@@ -12,7 +12,6 @@ require_relative "../herald"
 require_relative "server/demo_app"
 require_relative "server/puma_log"
 require_relative "server/workers"
-require_relative "server/reply_cache"
 require_relative "server/front"
 
 module Herald
@@ -43,7 +42,8 @@ module Herald
     attr_reader :bus, :host
 
     # `app:` (a callable (demo_app, bus) => Rack app) wraps the demo app, e.g. with an app's own routes.
-    # `front:` :herald (Front) or :puma; `reply_cache: false` turns off Front's ReplyCache (benchmarks).
+    # `front:` :herald (Front) or :puma; `reply_cache: false` turns off the reply caches of Front and of the
+    # middleware (benchmarks: every poll built).
     # Keyword options other than those below go to Herald::Rack::Middleware (user_id_lookup:,
     # group_ids_lookup:, site_id_lookup:, ...), so an app can embed this server with its own lookups.
     def initialize(host: DEFAULT_HOST, port: DEFAULT_PORT, dir: DEFAULT_DIR, store: nil, bus: nil,
@@ -62,7 +62,7 @@ module Herald
       @owns_bus = bus.nil?
       inner = DemoApp.new(bus: @bus)
       inner = app.call(inner, @bus) if app
-      @middleware = Rack::Middleware.new(inner, bus: @bus, **middleware_options)
+      @middleware = Rack::Middleware.new(inner, bus: @bus, reply_cache: reply_cache, **middleware_options)
       @stop = Queue.new
     end
 
@@ -109,7 +109,7 @@ module Herald
 
     def start
       if @front == :herald
-        cache = ReplyCache.new(store: @bus.store, prefix: @middleware.prefix) if @reply_cache
+        cache = Rack::ReplyCache.new(store: @bus.store, prefix: @middleware.prefix) if @reply_cache
         @server = listen do
           Front.new(app: @middleware, inline: inline_paths, host: @host, port: @port, threads: @threads,
             max_request_bytes: @max_request_bytes, cache: cache, reuse_port: @reuse_port).start

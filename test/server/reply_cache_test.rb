@@ -7,8 +7,8 @@ require "herald/server"
 require "securerandom"
 require_relative "../support/servers"
 
-# herald server's front end answers a repeated poll from its ReplyCache while the store is unchanged: the
-# bytes must be exactly what the middleware would answer, for every client, every time.
+# herald server's front end answers a repeated poll from its Rack::ReplyCache (whole HTTP replies) while the
+# store is unchanged: the bytes must be exactly what the middleware would answer, for every client, every time.
 class ReplyCacheTest < Minitest::Test
   def setup
     @events = []
@@ -57,6 +57,32 @@ class ReplyCacheTest < Minitest::Test
       2.times { assert_equal ["everyone"], data(poll(h, "u1", "/chat" => 0)) }
     end
     assert_equal 0, cache.size
+  end
+
+  # With extra_response_headers_lookup (CORS) the front end keeps no whole replies (their headers are each
+  # request's); the middleware's own cache shares the body, and every reply has its own request's headers.
+  def test_extra_response_headers_are_each_requests
+    start(extra_response_headers_lookup: ->(env) { {"Access-Control-Allow-Origin" => env["HTTP_ORIGIN"]} })
+    @server.bus.publish("/chat", "cors ✓ 🎉")
+    http do |h|
+      3.times do
+        %w[https://a.test https://b.test].each do |origin|
+          response = h.post("/message-bus/o1/poll?dlp=t", JSON.generate("/chat" => 0), "Content-Type" => "application/json", "Origin" => origin)
+          assert_equal origin, response["access-control-allow-origin"]
+          assert_equal ["cors ✓ 🎉"], data(response.body)
+        end
+      end
+    end
+    assert_equal 0, cache.size, "the front end keeps no reply"
+    assert_equal 1, @server.app.reply_cache.size, "the middleware keeps one body"
+  end
+
+  def test_reply_cache_false_turns_off_both_caches
+    start(reply_cache: false)
+    @server.bus.publish("/chat", "x")
+    http { |h| 2.times { assert_equal ["x"], data(poll(h, "n1", "/chat" => 0)) } }
+    assert_nil cache
+    assert_nil @server.app.reply_cache
   end
 
   def test_instrumented_polls_each_get_their_event

@@ -40,13 +40,18 @@ end.parse!(ARGV)
 
 # POST /test/publish {"channel":..., "data":..., "user_ids":[...], "group_ids":[...]}: targeted publishing
 # for the tests, in front of the demo app. Test-only: `herald server` has no such route.
+# POST /test/prebuilt/set {"headers": {...}, "body": "..."}, then any request to /test/prebuilt: that reply,
+# prebuilt (bench/http_poll_bench.rb: what the server costs for a poll's reply with no work for it).
 class TestPublish
+  PREBUILT = "/test/prebuilt"
+
   def initialize(app, bus)
     @app = app
     @bus = bus
   end
 
   def call(env)
+    return prebuilt(env) if env["PATH_INFO"].start_with?(PREBUILT)
     return @app.call(env) unless env["PATH_INFO"] == "/test/publish" && env["REQUEST_METHOD"] == "POST"
     stamp = Process.clock_gettime(Process::CLOCK_REALTIME)
     body = JSON.parse(env["rack.input"].read)
@@ -55,6 +60,16 @@ class TestPublish
     targets = body.slice("user_ids", "group_ids", "client_ids").transform_keys(&:to_sym)
     id = @bus.publish(body.fetch("channel"), body.fetch("data"), **targets)
     [201, {"content-type" => "application/json"}, [JSON.generate("message_id" => id)]]
+  end
+
+  def prebuilt(env)
+    if env["PATH_INFO"] == "#{PREBUILT}/set"
+      set = JSON.parse(env["rack.input"].read)
+      @prebuilt = [set.fetch("headers").freeze, set.fetch("body").b.freeze]
+      return [204, {}, []]
+    end
+    headers, body = @prebuilt
+    [200, headers.dup, [body]]
   end
 end
 

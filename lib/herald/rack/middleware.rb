@@ -23,6 +23,11 @@ module Herald
       CHUNKED_TYPE = "text/plain; charset=utf-8"
       SSE_TYPE = "text/event-stream"
       MSGPACK_TYPE = "application/vnd.msgpack"
+      # The headers of every reply, per content type, in message_bus's order (PROTOCOL.md 1.4); copied for
+      # each response (Rack 3: an unfrozen Hash, and middleware in front may add to it).
+      REPLY_HEADERS = [JSON_TYPE, CHUNKED_TYPE, SSE_TYPE, MSGPACK_TYPE].to_h do |type|
+        [type, {"cache-control" => "must-revalidate, private, max-age=0", "content-type" => type, "pragma" => "no-cache", "expires" => "0"}.freeze]
+      end.freeze
       DEFAULTS = {
         base_route: "/",
         long_polling_interval: 25, # seconds a poll or stream is held (message_bus: 25 000 ms)
@@ -41,8 +46,17 @@ module Herald
         # ->(env, error) { [status, headers, body] or nil }, as message_bus's on_middleware_error: maps an
         # exception raised while answering (a lookup that fails, a broken pipe) to a response. Without it,
         # or when it returns nil, the error is logged and raised on to the app server.
-        on_middleware_error: nil
+        on_middleware_error: nil,
+        # A repeated poll (the same channels and positions, client id aside) is answered with the reply body
+        # built for the first while the store is unchanged, for at most a second (ReplyCache). Only when no
+        # user/group/site lookup or filter makes replies differ between clients. false: every poll is built.
+        reply_cache: true
       }.freeze
+      # Lookups whose answer changes which messages a client gets: with any of them set, no reply is shared.
+      PER_CLIENT = %i[user_id_lookup group_ids_lookup site_id_lookup].freeze
+      POST = "POST"
+      # A client id (Responder::CLIENT_ID) at a position of the path, then a slash or the end.
+      CLIENT_ID_AT = %r{\G[A-Za-z0-9_.~-]{1,128}(?=/|\z)}
 
       # The path prefix this middleware answers ("/message-bus/" by default): herald server answers these
       # requests on its event loop.
@@ -53,10 +67,14 @@ module Herald
         raise ArgumentError, "Unknown option #{unknown.first.inspect}, expected one of #{DEFAULTS.keys.inspect}" if unknown.any?
         @app = app
         @bus = bus # nil: Herald's default bus, looked up per request (see #bus)
-        @options = DEFAULTS.merge(options)
+        @options = DEFAULTS.merge(options).freeze
         @prefix = "#{normalize_base(@options[:base_route])}message-bus/"
         @wire = Wire.new
         @filters = @options[:client_message_filters].to_a.freeze
+        @shareable = @filters.empty? && PER_CLIENT.none? { |name| @options[name] }
+        @cache_polls = @shareable && @options[:reply_cache]
+        @plain_headers = !@options[:extra_response_headers_lookup] # the same headers for every JSON reply
+        @reply_cache = nil
         @on_error = @options[:on_error] || ->(e) { Herald.logger.warn "http transport: #{e.class}: #{e.message}" }
         @lock = Mutex.new
         @reactor = nil
@@ -86,6 +104,17 @@ module Herald
         end
       end
 
+      # True when a poll's reply may depend on nothing but the request and the store (see Responder#shared).
+      def shareable? = @shareable
+
+      # The ReplyCache of the current store (a new bus after Herald.reset! starts an empty one); nil when off.
+      def reply_cache
+        return nil unless @cache_polls
+        cache = @reply_cache
+        return cache if cache && (@bus || cache.for?(Herald.bus.store)) # a given bus keeps its store
+        @reply_cache = ReplyCache.new(store: bus.store, prefix: @prefix)
+      end
+
       def active_clients = (@pid == ForkTracker.pid && @reactor) ? @reactor.size : 0
 
       # Ends every parked client (each gets its final `[]`), then stops the event loop.
@@ -100,15 +129,40 @@ module Herald
 
       # The app's own errors (#call) stay the app's: only ours go to on_middleware_error, as in message_bus.
       def serve(env, path)
+        miss = nil
+        if @cache_polls
+          found = cached(env, path)
+          return found if found.is_a?(Array)
+          miss = found
+        end
         client_id, action = path.byteslice(@prefix.bytesize, path.bytesize).split("/", 3)
         return [404, {}, ["not found"]] if client_id.nil? || client_id.empty?
         return ClientScript.call(env) if ClientScript.request?(env, client_id, action)
         skip_session(env)
-        Responder.new(self, env, client_id, action).call
+        Responder.new(self, env, client_id, action, miss: miss).call
       rescue RequestError => e
         [e.status, {"content-type" => "text/plain; charset=utf-8", "content-length" => (e.message.bytesize + 1).to_s}, ["#{e.message}\n"]]
       rescue => e
         middleware_error(env, e)
+      end
+
+      # A POST poll asked before while the store is unchanged (clients with nothing new, many clients at the
+      # same positions): the ReplyCache's body with this request's headers, before the path is split or a
+      # Responder built (that work was most of what a poll cost beyond Puma's own). Otherwise nil
+      # or a ReplyCache::Miss with the body read, under which the Responder keeps a shareable reply (when it
+      # has a cache: none for a request not to share).
+      def cached(env, path)
+        from = @prefix.bytesize
+        return nil unless env["REQUEST_METHOD"] == POST && path.match?(CLIENT_ID_AT, from)
+        return nil if Instrumentation.listening?(Responder::POLL) # every such poll gets its event
+        body = PollRequest.body(env, @options[:max_body_bytes]) or return nil
+        found = reply_cache.lookup(env, path, body)
+        # The body is read: the Responder gets it (rack.input need not rewind: Rack 3).
+        return found || ReplyCache::Miss.new(nil, body) unless found.is_a?(String)
+        skip_session(env) if env.key?("rack.session.options")
+        return Responder.cached(self, env, found) unless @plain_headers && !env["HTTP_ACCEPT"]&.include?(MSGPACK_TYPE)
+        env[Responder::SHARED_REPLY] = true
+        [200, REPLY_HEADERS[JSON_TYPE].dup, [found]]
       end
 
       # As message_bus's base_route=: a leading and a trailing slash, repeated slashes squeezed
@@ -130,7 +184,7 @@ module Herald
       # Polls never rewrite the session cookie (message_bus issue #257). A session middleware in front of us
       # has put its options in the env already; without one there is nothing to skip.
       def skip_session(env)
-        options = env["rack.session.options"]
+        options = env["rack.session.options"] or return
         options[:skip] = true if options.respond_to?(:[]=)
       end
     end

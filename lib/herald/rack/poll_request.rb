@@ -14,6 +14,7 @@ module Herald
       INT64 = (-(2**63))..(2**63 - 1)
       MAX_CHANNEL_BYTES = 256
       INTEGER = /\A-?\d{1,19}\z/
+      MULTIPART = %r{\Amultipart/form-data}i
 
       attr_reader :channels, :seq
 
@@ -22,11 +23,25 @@ module Herald
         @seq = seq
       end
 
-      def self.from_env(env, max_body_bytes:, max_channels:)
+      # body: what .body returned for this env (read once for the reply cache's key and for the pairs).
+      def self.from_env(env, max_body_bytes:, max_channels:, body: nil)
         if (forced = env["message_bus.channels"])
           return build(forced.merge("__seq" => env["message_bus.seq"].to_i), max_channels)
         end
-        build(read_pairs(env, max_body_bytes), max_channels)
+        build(read_pairs(env, max_body_bytes, body), max_channels)
+      end
+
+      # The request body as .from_env parses it, read within the limit; nil when the channels do not come
+      # from it (forced by an upstream middleware, or a multipart form that Rack may have parsed already).
+      def self.body(env, max_body_bytes)
+        return nil if env.key?("message_bus.channels") || multipart?(env["CONTENT_TYPE"])
+        read_body(env, max_body_bytes)
+      end
+
+      # The regex only for a type starting with m (a regex match is ~10x a byte comparison; every poll asks).
+      def self.multipart?(type)
+        byte = type&.getbyte(0)
+        (byte == 109 || byte == 77) && MULTIPART.match?(type)
       end
 
       # SSE: channels ride in the query string (EventSource can only GET), as `?/chat=5&/news=`.
@@ -35,10 +50,10 @@ module Herald
         build(decode_form(query), max_channels)
       end
 
-      def self.read_pairs(env, max_body_bytes)
+      def self.read_pairs(env, max_body_bytes, body = nil)
         type = env["CONTENT_TYPE"].to_s.downcase
-        return read_multipart(env, max_body_bytes) if type.start_with?("multipart/form-data")
-        body = read_body(env, max_body_bytes)
+        return read_multipart(env, max_body_bytes) if MULTIPART.match?(type)
+        body ||= read_body(env, max_body_bytes)
         return {} if body.empty?
         if type.include?("application/json")
           parse_json(body)
@@ -50,9 +65,12 @@ module Herald
       end
 
       def self.read_body(env, max)
-        length = env["CONTENT_LENGTH"]
-        raise RequestError.new("request body too large (max #{max} bytes)", status: 413) if length && length.to_i > max
-        body = form_read_by_rack(env) || read_input(env["rack.input"], max) or return ""
+        length = env["CONTENT_LENGTH"]&.to_i
+        raise RequestError.new("request body too large (max #{max} bytes)", status: 413) if length && length > max
+        # As much as the server says there is (one byte more shows a longer body): reading max + 1 makes Ruby
+        # allocate that much, and in an app server's threads a 64 KiB buffer per poll grows and shrinks malloc's
+        # arena (an mprotect syscall on most polls under Puma).
+        body = form_read_by_rack(env) || read_input(env["rack.input"], (length && length > 0) ? length : max) or return ""
         raise RequestError.new("request body too large (max #{max} bytes)", status: 413) if body.bytesize > max
         body.force_encoding(Encoding::UTF_8)
       end

@@ -13,18 +13,29 @@ module Herald
       EPOCH_SAFE = /\A[\x21-\x7e]{1,100}\z/
       POLL = "poll.herald"
       # Set in the env of an immediate reply that depends only on the request and the store's contents,
-      # not on who asked: herald server's front end may give the same bytes to the same request until the
-      # store changes (Herald::Server::ReplyCache).
+      # not on who asked: herald server's front end may give the same bytes, headers included, to the same
+      # request until the store changes (ReplyCache). Not with extra_response_headers_lookup: the middleware's
+      # own cache shares the body then, and the headers are looked up for each request.
       SHARED_REPLY = "herald.shared_reply"
-      LOOKUPS = %i[user_id_lookup group_ids_lookup site_id_lookup extra_response_headers_lookup].freeze
 
-      def initialize(middleware, env, client_id, action)
+      # miss: the ReplyCache::Miss of this request (Middleware#cached): its body is the request's, and a
+      # shareable reply is kept under its key.
+      def initialize(middleware, env, client_id, action, miss: nil)
         @mw = middleware
+        @miss = miss
         @options = middleware.options
         @env = env
         @client_id = client_id
         @action = action
         @payload = nil # poll.herald's, when somebody listens
+      end
+
+      # The reply to a request whose body Middleware#cached found in the ReplyCache: this request's headers.
+      def self.cached(middleware, env, body) = new(middleware, env, nil, nil).cached(body)
+
+      def cached(body)
+        @env[SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
+        reply_of(body)
       end
 
       def call
@@ -42,11 +53,11 @@ module Herald
         request = if sse
           PollRequest.from_query(@env["QUERY_STRING"].to_s, max_channels: @options[:max_channels])
         else
-          PollRequest.from_env(@env, max_body_bytes: @options[:max_body_bytes], max_channels: @options[:max_channels])
+          PollRequest.from_env(@env, max_body_bytes: @options[:max_body_bytes], max_channels: @options[:max_channels], body: @miss&.body)
         end
         @payload[:channels] = request.channels.size if @payload
         client = build_client(request)
-        snapshot = @mw.bus.store.last_global_id
+        snapshot = @stamp = @mw.bus.store.last_global_id # before anything is read: a publish after it ends a cached reply
         msgs, status = sse ? sse_backlog(client, request) : backlog(client, request)
         respond(client, msgs, status, snapshot, sse)
       end
@@ -153,24 +164,27 @@ module Herald
 
       def reply(msgs, status)
         @payload[:messages] = msgs.size if @payload
-        if msgpack?
-          [200, headers(Middleware::MSGPACK_TYPE), [@mw.wire.msgpack_array(msgs, status)]]
-        else
-          [200, headers(Middleware::JSON_TYPE), [@mw.wire.json_array(msgs, status)]]
-        end
+        reply_of(msgpack? ? @mw.wire.msgpack_array(msgs, status) : @mw.wire.json_array(msgs, status))
       end
 
-      # Not for an instrumented request (each gets its event), lookups or filters (they see the env), a
-      # targeted message sent or withheld (client_ids: the reply depends on the client id) or forced channels.
+      # A fresh headers Hash and body Array each time: middleware in front of us may add to them.
+      def reply_of(body) = [200, headers(msgpack? ? Middleware::MSGPACK_TYPE : Middleware::JSON_TYPE), [body]]
+
+      def cacheable? = @payload.nil? && @mw.shareable?
+
+      # The reply depends only on the request and the store, not on who asked: not for an instrumented
+      # request, lookups or filters (they see the env), a targeted message sent or withheld (client_ids:
+      # the reply depends on the client id) or forced channels. Kept in the middleware's ReplyCache (the
+      # body; headers are built per request) and marked for herald server's front end (see SHARED_REPLY).
       def shared(response, msgs)
-        return response if @payload || @withheld || !@mw.filters.empty? || @env.key?("message_bus.channels")
-        return response if LOOKUPS.any? { |name| @options[name] }
-        @env[SHARED_REPLY] = true if msgs.all?(&:public?)
+        return response if !cacheable? || @withheld || @env.key?("message_bus.channels") || !msgs.all?(&:public?)
+        @miss&.cache&.store(@miss, response[2][0].freeze, @stamp)
+        @env[SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
         response
       end
 
       def too_many
-        [429, headers("text/plain; charset=utf-8").merge("retry-after" => @options[:retry_after].to_s), ["too many clients, retry later\n"]]
+        [429, headers(Middleware::CHUNKED_TYPE).merge("retry-after" => @options[:retry_after].to_s), ["too many clients, retry later\n"]]
       end
 
       def park(client, mode, msgs, status, snapshot)
@@ -222,9 +236,9 @@ module Herald
       def msgpack? = @action != "sse" && @env["HTTP_ACCEPT"].to_s.include?(Middleware::MSGPACK_TYPE)
 
       def headers(type)
-        h = {"cache-control" => "must-revalidate, private, max-age=0", "content-type" => type,
-             "pragma" => "no-cache", "expires" => "0"}
-        extra_headers.each { |name, value| h[name] = value }
+        h = Middleware::REPLY_HEADERS.fetch(type).dup
+        extra = extra_headers
+        extra.each { |name, value| h[name] = value } unless extra.empty?
         h
       end
 
@@ -233,6 +247,7 @@ module Herald
       # new ids are above the client's is noticed by it. message_bus's clients get the same bytes as from
       # message_bus.
       def extra_headers
+        return @extra_headers ||= EMPTY unless @options[:extra_response_headers_lookup] || msgpack?
         @extra_headers ||= begin
           found = lookup(:extra_response_headers_lookup) || EMPTY
           out = found.each_with_object({}) do |(name, value), out|

@@ -37,7 +37,7 @@ module Herald
 
       # app: the Rack app (the middleware, with the demo app or an app behind it).
       # inline: ->(path) { true for requests answered on the event loop }.
-      # cache: a ReplyCache for inline requests (nil: none). reuse_port: listen with SO_REUSEPORT (worker
+      # cache: a Rack::ReplyCache for inline requests (nil: none). reuse_port: listen with SO_REUSEPORT (worker
       # processes on one port, Server.reuse_port_listener).
       def initialize(app:, inline:, host:, port:, threads:, max_request_bytes:, timeout: 10, cache: nil, reuse_port: false)
         @app = app
@@ -145,8 +145,9 @@ module Herald
       def dispatch(conn, env, body)
         keep = keep_alive?(env)
         if @inline.call(env["REQUEST_PATH"] || absolute_path(env))
-          return if @cache && keep && !@stopping && cached(conn, env, body)
-          inline(conn, env, body, keep)
+          found = cache_lookup(env, body) if @cache && keep && !@stopping
+          return send_reply(conn, found, true) if found.is_a?(String)
+          inline(conn, env, body, keep, found)
         else
           conn.busy = true
           conn.monitor.interests = nil
@@ -154,23 +155,21 @@ module Herald
         end
       end
 
-      def inline(conn, env, body, keep)
-        key = @cache&.key(env, body) if keep
-        stamp = @cache.stamp if key
+      # miss: a ReplyCache::Miss when the reply may be kept.
+      def inline(conn, env, body, keep, miss)
+        stamp = @cache.stamp if miss
         env = rack_env(conn, env, body)
         status, headers, rbody = call_app(env)
         return if env["herald.hijacked"]
         bytes = respond(conn, env, status, headers, rbody, keep)
-        @cache.store(key, bytes, stamp) if key && status == 200 && env[Rack::Responder::SHARED_REPLY]
+        @cache.store(miss, bytes.dup.freeze, stamp) if miss && status == 200 && env[Rack::Responder::SHARED_REPLY]
       end
 
-      # A poll answered from the ReplyCache: true when it was.
-      def cached(conn, env, body)
-        return false if Instrumentation.listening?(Rack::Responder::POLL) # every such poll gets its event
-        key = @cache.key(env, body) or return false
-        bytes = @cache.fetch(key) or return false
-        send_reply(conn, bytes, true)
-        true
+      # The ReplyCache's whole HTTP reply for a repeated poll (a String), a ReplyCache::Miss, or nil.
+      def cache_lookup(env, body)
+        return nil if Instrumentation.listening?(Rack::Responder::POLL) # every such poll gets its event
+        path = env["REQUEST_PATH"] or return nil # an absolute request target: not worth a key
+        @cache.lookup_path(env, path, body)
       end
 
       def call_app(env)

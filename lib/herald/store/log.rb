@@ -26,8 +26,7 @@ module Herald
 
       DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
       DEFAULT_DIR = "herald-data"
-      KEEP_GVL = 1024 # appends whose writes keep the GVL after threads met at the store's lock
-      PASS_EVERY = 64 # appends between two offers of the GVL to other threads meanwhile (about a millisecond)
+      PASS_EVERY = 64 # appends between two offers of the GVL to other threads (about a millisecond)
 
       # Where the embedded log lives when nobody says: $HERALD_DIR, else ./herald-data (facade, CLI).
       # An empty HERALD_DIR is a mistake (an unset variable in a template), not "the current directory".
@@ -67,7 +66,7 @@ module Herald
           return commit_grouped([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
             max_backlog_size, max_backlog_age])
         end
-        msg = exclusively do
+        msg = @lock.synchronize do
           writable!
           locked do
             prepare_append
@@ -76,7 +75,7 @@ module Herald
             ch = @index.channel(key)
             retention = retention_for(ch, max_backlog_size, max_backlog_age)
             m = stage(@buffer, ch, 0, retention, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
-            storing { @segments.last.write(@buffer, keep_gvl: @keep_gvl > 0) }
+            storing { @segments.last.write(@buffer) }
             @syncer.written
             @index.add(m, key, retention)
             @appended.broadcast
@@ -197,29 +196,12 @@ module Herald
 
       def intern(channel) = @names[channel] = -channel
 
-      # The store's lock, for an append. Finding it taken means another thread of this process got in while
-      # this one was away: most often during a write that handed it the GVL (Segment#write). From then on,
-      # for KEEP_GVL appends, writes keep the GVL, so threads publishing at once do not hand it around on
-      # every record; they meet again only where Ruby switches threads anyway (let_others_run, the time slice).
-      def exclusively
-        unless @lock.try_enter
-          @keep_gvl = KEEP_GVL
-          @lock.enter
-        end
-        begin
-          yield
-        ensure
-          @lock.exit
-        end
-      end
-
-      # While writes keep the GVL, a thread publishing in a loop would hold it until Ruby's 100 ms time slice
-      # ends: the wakeup listener (another process asking for the write lease, appends to read), the fsync
-      # thread and the other publishers would wait that long. So it is offered every PASS_EVERY appends.
+      # The write keeps Ruby's GVL (Segment#write), so a thread publishing in a loop would hold it until
+      # Ruby's 100 ms time slice ends: the wakeup listener (another process asking for the write lease,
+      # appends to read), the fsync thread and other publishers would wait that long. So it is offered
+      # every PASS_EVERY appends; with nobody waiting, Thread.pass is one sched_yield.
       def let_others_run
-        return unless @keep_gvl > 0
-        @keep_gvl -= 1
-        Thread.pass if (@keep_gvl % PASS_EVERY).zero?
+        Thread.pass if (@appends += 1) % PASS_EVERY == 0
       end
 
       # Turns the OS's refusals into errors that say what to do. A failed write leaves no half record.

@@ -33,7 +33,7 @@ module Herald
         CREATED_AT = 28
         RETENTION_AT = 36
         HEADER_LAYOUT = "Q<Q<Q<L<EL<E"
-        NO_FRAME = ("\0" * FRAME_SIZE).b.freeze # its place, filled once the CRC is known
+        FRAME_LAYOUT = "L<L<a*a*a*a*a*" # length, CRC, header, channel, site, targets, data
         # A length beyond this is damage, not a record (records this big do not belong on a message bus).
         MAX_PAYLOAD = 256 * 1024 * 1024
         RETENTION = "L<E"
@@ -45,10 +45,12 @@ module Herald
 
         module_function
 
-        # Builds the whole frame into `buffer` (cleared first) and returns it. The CRC is summed piece by
-        # piece (header, channel, site, targets, data) as the pieces go in, with the header packed into a
-        # scratch string of the thread's: no slice of the buffer is made (a publish allocates the packed
-        # fields' Array and nothing else here).
+        # Builds the whole frame into `buffer` (cleared first) and returns it. The header is packed into a
+        # scratch string of the thread's, the CRC summed over the pieces (header, channel, site, targets,
+        # data), and the frame then packed whole with one more pack ("a*" copies bytes whatever a string's
+        # encoding): no slice of the buffer, and no `<<` of UTF-8 text onto binary bytes, which made Ruby
+        # check both strings' encodings (that and the byte-by-byte frame fields were a quarter of this
+        # method's instructions). Each pack allocates the Hash of its `buffer:` keyword, nothing else.
         def encode(buffer, global_id, message_id, channel, site_id, payload, codec_id, created_at,
           targets, max_size, max_age)
           site = site_id ? site_id.to_s : EMPTY
@@ -58,33 +60,35 @@ module Herald
           flags = ((max_size || max_age) ? HAS_RETENTION : 0) | (site_id ? HAS_SITE : 0)
           short_targets = (targets.bytesize < 0xffff) ? targets.bytesize : 0xffff # 0xffff: read the u32 field
           word = codec_id | (flags << 8) | (channel.bytesize << 16) | (site.bytesize << 32) | (short_targets << 48)
-          header = (Thread.current[:herald_record_header] ||= String.new(capacity: HEADER_SIZE, encoding: Encoding::BINARY))
-          [global_id, message_id, word, targets.bytesize, created_at, max_size || 0, max_age || 0.0].pack(HEADER_LAYOUT, buffer: header.clear)
-          buffer.clear
-          buffer << NO_FRAME << header
-          crc = Zlib.crc32(header)
-          crc = append(buffer, channel, crc)
-          crc = append(buffer, site, crc) unless site.empty?
-          crc = append(buffer, targets, crc) unless targets.empty?
-          crc = append(buffer, payload, crc)
-          put32(buffer, 0, length) # the frame goes in place: no second buffer
-          put32(buffer, 4, crc)
+          scratch = (Thread.current[:herald_record] ||= Scratch.new)
+          header = scratch.header
+          fields = scratch.fields
+          fields[0] = global_id
+          fields[1] = message_id
+          fields[2] = word
+          fields[3] = targets.bytesize
+          fields[4] = created_at
+          fields[5] = max_size || 0
+          fields[6] = max_age || 0.0
+          fields.pack(HEADER_LAYOUT, buffer: header.clear)
+          crc = Zlib.crc32(channel, Zlib.crc32(header))
+          crc = Zlib.crc32(targets, Zlib.crc32(site, crc)) unless site.empty? && targets.empty?
+          frame = scratch.frame
+          frame[0] = length
+          frame[1] = Zlib.crc32(payload, crc)
+          frame[2] = header
+          frame[3] = channel
+          frame[4] = site
+          frame[5] = targets
+          frame[6] = payload
+          frame.pack(FRAME_LAYOUT, buffer: buffer.clear)
+          frame[6] = nil # the data is the caller's: not kept alive by this thread
           buffer
         end
 
-        def put32(buffer, at, value)
-          buffer.setbyte(at, value & 0xff)
-          buffer.setbyte(at + 1, (value >> 8) & 0xff)
-          buffer.setbyte(at + 2, (value >> 16) & 0xff)
-          buffer.setbyte(at + 3, value >> 24)
-        end
-
-        # Appends the bytes of `str` to the binary buffer and returns the CRC carried on over them. A String
-        # with non-ASCII characters in another encoding (UTF-8 text) cannot be concatenated to binary bytes
-        # as is; its binary copy can.
-        def append(buffer, str, crc)
-          buffer << ((str.ascii_only? || str.encoding == Encoding::BINARY) ? str : str.b)
-          Zlib.crc32(str, crc)
+        # What encode packs, kept by each thread (Ruby's pack takes an Array: one allocation less each).
+        Scratch = Struct.new(:header, :fields, :frame) do
+          def initialize = super(String.new(capacity: HEADER_SIZE, encoding: Encoding::BINARY), Array.new(7), Array.new(7))
         end
 
         # What a frame at `pos` of `buffer` (holding bytes up to `limit`) is:

@@ -14,7 +14,7 @@ module Herald
           @appended = @lock.new_cond
           @closed = false
           @names = {}
-          @keep_gvl = 0 # appends left whose writes keep the GVL (Log#exclusively)
+          @appends = 0 # counts appends between offers of the GVL (Log#let_others_run)
           @buffer = String.new(capacity: 4096, encoding: Encoding::BINARY)
           @index = Index.new(max_size: @max_backlog_size, max_age: @max_backlog_age)
           @segments = []

@@ -69,24 +69,22 @@ module Herald
         # Writes one whole frame at the end, straight to the OS (no Ruby buffer). When the write fails half
         # way (disk full, file-size limit) the file is cut back so no half record is left behind.
         #
-        # Ruby's pwrite hands the GVL to another thread for the syscall and queues for it again after: free
-        # alone, but with several threads publishing each record cost its writer a sleep and a wakeup, and
-        # the others a round trip through the store's lock. keep_gvl: true writes with write_nonblock, which
-        # calls write(2) keeping the GVL (a regular file never refuses it for EAGAIN), at the cost of one
-        # fcntl more (about a microsecond here). It writes at the descriptor's offset, so that offset is kept
-        # at `size`, set by a seek whenever the end moved otherwise (pwrites, others' records read, a failure).
-        def write(frame, keep_gvl: false)
-          if keep_gvl
-            @io.sysseek(@size) unless @offset == @size
-            @offset = nil # until the whole frame is in
-          end
+        # write_nonblock, not pwrite: Ruby's pwrite (and write, syswrite) hands the GVL to other threads for
+        # the syscall and queues for it again after. With several threads publishing, every record cost its
+        # writer a sleep and a wakeup and the others a round trip through the store's lock; even one
+        # publishing thread beside the store's own (wakeup listener, fsync) took 0.3-0.7 context switches a
+        # record. write_nonblock calls write(2) keeping the GVL (a regular file never refuses it for EAGAIN),
+        # at the cost of one fcntl more. It writes at the descriptor's offset, so that offset is kept at
+        # `size`, set by a seek whenever the end moved otherwise (others' records read, a failed write).
+        def write(frame)
+          @io.sysseek(@size) unless @offset == @size
+          @offset = nil # until the whole frame is in
           written = 0
           while written < frame.bytesize
-            rest = written.zero? ? frame : frame.byteslice(written..)
-            written += keep_gvl ? write_keeping_gvl(rest) : @io.pwrite(rest, @size + written)
+            written += write_keeping_gvl(written.zero? ? frame : frame.byteslice(written..))
           end
           @size += written
-          @offset = @size if keep_gvl
+          @offset = @size
         rescue SystemCallError
           begin
             @io.truncate(@size)

@@ -6,7 +6,7 @@ module Herald
       # The write lock (an flock on LOCK) kept between appends: a lease. Taking and dropping the flock
       # around every append, and asking the file's size (others may have appended meanwhile), cost three
       # syscalls of the four a publish made; a process that keeps the lock knows nobody appended since its
-      # last write, so an append is one pwrite. docs/log.md has the design and its figures.
+      # last write, so an append is one write. docs/log.md has the design and its figures.
       #
       # Another process (or another store instance on the same directory) that wants to write and finds
       # the lock taken asks for it: a "lease" datagram to every open store's wakeup socket (Wakeup). The

@@ -1,0 +1,117 @@
+# frozen_string_literal: true
+
+module Herald
+  module Rack
+    # Whole replies to repeated polls. Many clients ask the same thing (the same channels at the same
+    # positions, `?dlp=t` or with a backlog to send); while the store holds the same messages the answer is
+    # the same bytes, so it is given again without reading the store or running the Responder. Used by the
+    # middleware (the reply body, headers rebuilt per request) and by herald server's front end (the whole
+    # HTTP reply, before the middleware runs): one set of rules for both.
+    #
+    # Only replies the Responder marked as shareable are kept (no user/group/site lookups, filters or
+    # instrumentation, no targeted message sent or withheld), keyed by everything of the request the
+    # middleware reads except the client id (checked as it would be). An entry is good while the store's
+    # last global id is the one read before the reply was built (any publish, from any process the store
+    # has caught up with, ends it), its epoch unchanged, and for at most MAX_AGE seconds (messages that age
+    # out of a backlog).
+    #
+    # Thread safety: Puma threads read and fill it at once without a lock. Entries are immutable; a race
+    # only drops or rebuilds an entry (Hash operations are atomic under the GVL).
+    class ReplyCache
+      MAX_AGE = 1.0
+      MAX_ENTRIES = 256 # distinct requests; all are dropped when full (they are rebuilt on the next poll)
+      MAX_BYTES = 8 * 1024 * 1024 # replies stored since the last clear; all are dropped when a new one would pass it
+      MAX_REPLY_BYTES = MAX_BYTES / 8 # a larger reply is not kept
+      MAX_BODY_BYTES = 8 * 1024 # a request with a larger body (hundreds of channels) gets no key
+      POST = "POST"
+      HTTP11 = "HTTP/1.1"
+      SSE = "/sse"
+
+      # Entries are found by the request body (a String: one hash of a short string), then by the other
+      # fields the Responder reads. An Array of several fields as the key costs twice the whole lookup
+      # (Array#hash and #eql? guard against recursion). Lists are replaced, never changed (readers hold no lock).
+      Entry = Struct.new(:query, :type, :accept, :dont_chunk, :value, :stamp, :epoch, :expires)
+      # A request to share that found no entry: #store keeps its reply (built by the Responder) under it.
+      # The middleware also hands a request's body to the Responder in one (cache nil: nothing to keep).
+      Miss = Struct.new(:cache, :body, :query, :type, :accept, :dont_chunk)
+
+      def initialize(store:, prefix:)
+        @store = store
+        @prefix = prefix
+        @entries = {} # body => frozen Array of Entry
+        @count = 0
+        @bytes = 0
+        @epochs = store.respond_to?(:known_epoch) # a reset store (a wiped log, a flushed Redis) has a new epoch
+      end
+
+      # For a request to the middleware: the reply kept for it (a String), a Miss, or nil when it is not one
+      # to share. path: the request's path (its client id already checked); body: the request body as the
+      # middleware parses it, nil when the channels do not come from it (PollRequest.body: forced channels).
+      # What the key leaves out is what the Responder does not read for a shareable reply: the client id, the
+      # action after it (every one but `sse`, never shared, answers the same), HTTP_VERSION (read only when
+      # SERVER_PROTOCOL is not HTTP/1.1).
+      def lookup(env, path, body)
+        return nil unless body && body.bytesize <= MAX_BODY_BYTES && env["REQUEST_METHOD"] == POST && env["SERVER_PROTOCOL"] == HTTP11
+        return nil if path.index(SSE, @prefix.bytesize)
+        query = env["QUERY_STRING"]
+        type = env["CONTENT_TYPE"]
+        accept = env["HTTP_ACCEPT"]
+        dont_chunk = env["HTTP_DONT_CHUNK"]
+        if (list = @entries[body])
+          i = 0
+          while i < list.size
+            e = list[i]
+            if e.query == query && e.type == type && e.accept == accept && e.dont_chunk == dont_chunk
+              return e.value if e.stamp == @store.last_global_id && e.epoch == epoch && now < e.expires
+              break
+            end
+            i += 1
+          end
+        end
+        Miss.new(self, body, query, type, accept, dont_chunk)
+      end
+
+      # The same for a request the middleware has not seen yet (herald server's front end): the client id in
+      # the path is checked as the middleware checks it (nil when it would be refused).
+      def lookup_path(env, path, body)
+        from = @prefix.bytesize
+        slash = path.index("/", from)
+        id = slash ? path.byteslice(from, slash - from) : path.byteslice(from, path.bytesize - from)
+        return nil unless Responder::CLIENT_ID.match?(id)
+        lookup(env, path, body)
+      end
+
+      # The store's state now: read before the reply is built, given back to #store.
+      def stamp = @store.last_global_id
+
+      # value: a frozen String (it is handed to every later request like miss's).
+      def store(miss, value, stamp)
+        size = value.bytesize
+        return if size > MAX_REPLY_BYTES
+        if @count >= MAX_ENTRIES || @bytes + size > MAX_BYTES
+          @entries = {}
+          @count = 0
+          @bytes = 0
+        end
+        @count += 1 # entries and bytes stored since the last clear: at least what is held (racy by a store or two)
+        @bytes += size
+        entry = Entry.new(miss.query, miss.type, miss.accept, miss.dont_chunk, value, stamp, epoch, now + MAX_AGE)
+        others = @entries[miss.body]&.reject do |e|
+          e.query == miss.query && e.type == miss.type && e.accept == miss.accept && e.dont_chunk == miss.dont_chunk
+        end
+        @entries[miss.body] = [*others, entry].freeze
+      end
+
+      def size = @entries.each_value.sum(&:size)
+
+      # True when this is the cache of that store (a middleware starts a new one for a new bus).
+      def for?(store) = @store.equal?(store)
+
+      private
+
+      def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+
+      def epoch = @epochs ? @store.known_epoch : nil
+    end
+  end
+end
