@@ -10,7 +10,7 @@
 // count, they keep nothing. Each run is a fresh same-origin iframe (a fresh client and script); the reply
 // bodies are fetched once per text set by the top page.
 import { execFileSync } from "node:child_process";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { gzipSync, brotliCompressSync } from "node:zlib";
 import { join } from "node:path";
 import { loadavg } from "node:os";
@@ -161,10 +161,23 @@ async function messageBusRun(page, { chunked, set, total }) {
 async function measured(page, run) {
   const heap0 = await page.evaluate(() => parent.settledHeap());
   const cpu0 = await mainThreadCpu();
+  const all0 = rendererCpu();
   const result = await run();
   const cpu = (await mainThreadCpu()) - cpu0;
+  const allThreads = rendererCpu() - all0;
   const heap = (await page.evaluate(() => parent.settledHeap())) - heap0;
-  return { ...result, cpu, heap };
+  return { ...result, cpu, allThreads, heap };
+}
+
+// The renderer's CPU time on all its threads (main, GC helpers, JIT compilers, workers), ms.
+function rendererCpu() {
+  let ms = 0;
+  for (const tid of readdirSync(`/proc/${rendererPid}/task`)) {
+    try {
+      ms += Number(readFileSync(`/proc/${rendererPid}/task/${tid}/schedstat`, "utf8").split(" ")[0]) / 1e6;
+    } catch {} // a thread that ended meanwhile
+  }
+  return ms;
 }
 
 let rendererPid = 0;
@@ -257,7 +270,8 @@ const servers = { json: server, msgpack: server };
 const browser = await chromium.launch({
   executablePath: process.env.CHROMIUM_PATH || "/usr/bin/chromium",
   headless: true,
-  args: ["--js-flags=--expose-gc", "--enable-precise-memory-info", ...(process.getuid?.() === 0 ? ["--no-sandbox"] : [])],
+  // JS_FLAGS: more V8 flags for an experiment, e.g. JS_FLAGS=--single-threaded-gc
+  args: [`--js-flags=--expose-gc ${process.env.JS_FLAGS || ""}`.trim(), "--enable-precise-memory-info", ...(process.getuid?.() === 0 ? ["--no-sandbox"] : [])],
 });
 const version = browser.version();
 const context = await browser.newContext();
@@ -292,7 +306,7 @@ try {
         const r = await row.run(frame, set);
         if (r.count !== COUNT && !r.stopped) throw new Error(`${row.name}: ${r.count} callbacks, expected ${COUNT}`);
         ((results[set] ||= {})[row.name] ||= []).push(r);
-        console.error(`${set} round ${round + 1} ${row.name}: ${fmt(r.total)} ms, main thread CPU ${fmt(r.cpu)} ms (first callback ${fmt(r.firstCallback, 1)} ms after the first byte, heap ${fmt(r.heap / 1e6, 1)} MB)`);
+        console.error(`${set} round ${round + 1} ${row.name}: ${fmt(r.total)} ms, main thread CPU ${fmt(r.cpu)} ms, all threads ${fmt(r.allThreads)} ms (first callback ${fmt(r.firstCallback, 1)} ms after the first byte, heap ${fmt(r.heap / 1e6, 1)} MB)`);
       }
     }
   }
@@ -305,15 +319,15 @@ try {
   out.push(`- Chromium ${version} headless, ${execFileSync("nproc").toString().trim()} cores, ${new Date().toISOString().slice(0, 10)}; \`herald server\` (Puma, log store) on loopback`);
   out.push(`- command: \`node bench/js_client/run.mjs\` (ROUNDS=${ROUNDS}, COUNT=${COUNT}); median of ${ROUNDS} runs per row, rows interleaved and rotated per round; load average ${loadBefore} before, ${loadavg().map((x) => x.toFixed(1)).join(" ")} after`);
   out.push(`- ${fmt(COUNT)} message_bus-style messages on 5 channels, subscribed from id 0; "mixed": about 10% carry non-ASCII text (accents, CJK, Cyrillic, emoji); "ascii": none`);
-  out.push("- ms: the request to the last callback, on the real server's reply bytes replayed from memory in 64 KiB chunks (see the top of run.mjs); main thread CPU: the renderer main thread's CPU time over the same run (/proc schedstat: what the page's thread itself spent, without waiting for a core; GC helper and compiler threads not included); first callback: after the first chunk; heap: usedJSHeapSize after stop() and two forced GCs a task apart, minus before (ArrayBuffers are not in it)", "");
+  out.push("- ms: the request to the last callback, on the real server's reply bytes replayed from memory in 64 KiB chunks (see the top of run.mjs); main thread CPU: the renderer main thread's CPU time over the same run (/proc schedstat: what the page's thread itself spent, without waiting for a core; GC helper and compiler threads not included; the next column counts all the renderer's threads); first callback: after the first chunk; heap: usedJSHeapSize after stop() and two forced GCs a task apart, minus before (ArrayBuffers are not in it)", "");
   for (const set of ["mixed", "ascii"]) {
     const chunkedRow = results[set]["message-bus.js, chunked (its default)"];
     const base = chunkedRow ? median(chunkedRow.map((r) => r.total)) : NaN;
     const fastest = Math.min(...ROWS.filter((r) => r.mb).map((r) => median(results[set][r.name].map((x) => x.total))));
     out.push(`## ${set === "mixed" ? "Mixed text" : "ASCII-only text"}`, "");
     const fastestCpu = Math.min(...ROWS.filter((r) => r.mb).map((r) => median(results[set][r.name].map((x) => x.cpu))));
-    out.push("| path | ms, median (min–max) | messages/s | vs message-bus.js default | vs its fastest | main thread CPU, ms | CPU vs its fastest | first callback after first byte, ms | heap after, MB |");
-    out.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    out.push("| path | ms, median (min–max) | messages/s | vs message-bus.js default | vs its fastest | main thread CPU, ms | CPU vs its fastest | renderer CPU, all threads, ms | first callback after first byte, ms | heap after, MB |");
+    out.push("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
     const ms = (x, digits = 0) => Number.isFinite(x) ? fmt(x, digits) : `> ${fmt(DEADLINE)}`;
     const ratio = (a, b) => {
       if (Number.isNaN(a)) return "-";
@@ -327,7 +341,7 @@ try {
       const spread = `${ms(Math.min(...totals))}–${ms(Math.max(...totals))}`;
       const cpu = median(rs.map((r) => r.cpu));
       const cpuCell = Number.isFinite(total) ? fmt(cpu) : `> ${fmt(cpu)}`;
-      out.push(`| ${row.name} | ${ms(total)} (${spread}) | ${Number.isFinite(total) ? fmt(COUNT / total * 1000 / 1e6, 2) + "M" : "-"} | ${ratio(base, total)} | ${ratio(fastest, total)} | ${cpuCell} | ${Number.isFinite(total) ? fmt(fastestCpu / cpu, 2) + "x" : "-"} | ${ms(median(rs.map((r) => r.firstCallback)), 1)} | ${fmt(median(rs.map((r) => r.heap)) / 1e6, 1)} |`);
+      out.push(`| ${row.name} | ${ms(total)} (${spread}) | ${Number.isFinite(total) ? fmt(COUNT / total * 1000 / 1e6, 2) + "M" : "-"} | ${ratio(base, total)} | ${ratio(fastest, total)} | ${cpuCell} | ${Number.isFinite(total) ? fmt(fastestCpu / cpu, 2) + "x" : "-"} | ${fmt(median(rs.map((r) => r.allThreads)))} | ${ms(median(rs.map((r) => r.firstCallback)), 1)} | ${fmt(median(rs.map((r) => r.heap)) / 1e6, 1)} |`);
     }
     out.push("");
     out.push(`Reply bodies for the 5 channels: JSON ${fmt(sizes[set].JSON.raw / 1e6, 1)} MB (gzip ${fmt(sizes[set].JSON.gzip / 1e6, 2)}, brotli ${fmt(sizes[set].JSON.brotli / 1e6, 2)}), MessagePack ${fmt(sizes[set].MessagePack.raw / 1e6, 1)} MB (gzip ${fmt(sizes[set].MessagePack.gzip / 1e6, 2)}, brotli ${fmt(sizes[set].MessagePack.brotli / 1e6, 2)}).`, "");
