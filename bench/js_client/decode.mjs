@@ -21,6 +21,7 @@ import { loadavg } from "node:os";
 import { build } from "esbuild";
 import { chromium } from "playwright-core";
 import { startServer, ROOT } from "../../test/browser/helpers.mjs";
+import { freshFrame } from "./fresh_frame.mjs";
 
 const ROUNDS = Number(process.env.ROUNDS || 7);
 const COUNT = Number(process.env.COUNT || 50000);
@@ -198,14 +199,7 @@ async function profile(set, rows) {
 async function frameFor(row) {
   let frame = page;
   if (process.env.COLD === "1" && row.kind !== "worker") {
-    await page.evaluate(() => new Promise((resolve) => {
-      document.querySelector("iframe")?.remove();
-      const iframe = document.createElement("iframe");
-      iframe.onload = resolve;
-      iframe.src = "/blank";
-      document.body.appendChild(iframe);
-    }));
-    frame = await (await page.$("iframe")).contentFrame();
+    frame = await freshFrame(page);
     await frame.addScriptTag({ content: script });
   }
   return frame;

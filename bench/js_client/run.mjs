@@ -16,6 +16,7 @@ import { join } from "node:path";
 import { loadavg } from "node:os";
 import { chromium } from "playwright-core";
 import { startServer, ROOT } from "../../test/browser/helpers.mjs";
+import { freshFrame } from "./fresh_frame.mjs";
 
 const ROUNDS = Number(process.env.ROUNDS || 5);
 const COUNT = Number(process.env.COUNT || 250000);
@@ -287,14 +288,7 @@ try {
     for (let round = 0; round < ROUNDS; round++) {
       const order = ROWS.map((_, i) => ROWS[(i + round) % ROWS.length]);
       for (const row of order) {
-        await page.evaluate(() => new Promise((resolve) => {
-          document.querySelector("iframe")?.remove();
-          const iframe = document.createElement("iframe");
-          iframe.onload = resolve;
-          iframe.src = "/blank";
-          document.body.appendChild(iframe);
-        }));
-        const frame = await (await page.$("iframe")).contentFrame();
+        const frame = await freshFrame(page);
         if (row.mb) {
           await frame.addScriptTag({ url: "/assets/message-bus.js" });
           await frame.addScriptTag({ url: "/assets/message-bus-ajax.js" });
