@@ -41,8 +41,10 @@ module Herald
         POLL_MAX = 0.002
         IDLE = 0.02
         WAIT_WARN = 1.0
-        TURNS = 0.05 # after contention was last seen, appends take turns for this long
-        LOOK_EVERY = 0.001 # how often a lease holder looks for blocked writers (WAITERS)
+        CONTENDED = 0.05 # for this long after another writer was seen, the lease is handed over on sight
+        HOLD = 0.002 # a lease is held at least this long when others wait (a run of appends per handoff)
+        LOOK_EVERY = 0.0005 # how often a lease holder past HOLD looks for blocked writers (WAITERS)
+        IDLE_CONTENDED = 0.001 # a lease unused this long is dropped when others wrote recently
         WATCH = 0.1 # how often a blocked writer is looked at (start_watchdog)
         WATCHDOG_IDLE = 100 # WATCH periods without a blocked writer before the watchdog thread stops
 
@@ -58,7 +60,7 @@ module Herald
           @leased_at = 0.0
           @gave_lease_at = -STEP_BACK
           @used_at = 0.0
-          @contended_at = -TURNS # when another writer was last seen
+          @contended_at = -CONTENDED # when another writer was last seen
           @looked_at = 0.0 # when a lease holder last looked at WAITERS
           @waiters&.close
           @waiters = nil
@@ -66,15 +68,13 @@ module Herald
           @wait_mutex = Mutex.new
           @watchdog = nil
           @asked_at = -WATCH
-          @lock_stats = {kept: 0, turns: 0, waits: 0, asks: 0, given: 0}
+          @lock_stats = {kept: 0, leases: 0, waits: 0, asks: 0, given: 0, handed: 0}
         end
 
         # Runs the block holding the write lock; under @lock.
         def locked
           if @leased
             @lock_stats[:kept] += 1
-          elsif turns?
-            take_turn
           else
             take_lease
           end
@@ -83,13 +83,13 @@ module Herald
           after_append
         end
 
-        def turns? = now - @contended_at < TURNS
+        def contended? = now - @contended_at < CONTENDED
 
-        # Keeps a lease (and looks for blocked writers now and then), or drops the lock.
+        # Keeps the lease, and hands it over to a blocked writer once held HOLD (looking every LOOK_EVERY).
         def after_append
-          return drop_lease unless @wakeup&.listening? && !turns?
+          return drop_lease unless @wakeup&.listening?
           @used_at = now
-          look_for_waiters if @used_at - @looked_at >= LOOK_EVERY
+          look_for_waiters if @used_at - @leased_at >= HOLD && @used_at - @looked_at >= LOOK_EVERY
         end
 
         # A lease holder publishing in a loop hears askers only between its appends, when its listener gets
@@ -98,32 +98,25 @@ module Herald
           @looked_at = @used_at
           waiters = (@waiters ||= @directory.open_waiters) or return
           return waiters.flock(File::LOCK_UN) if waiters.flock(File::LOCK_EX | File::LOCK_NB)
-          @contended_at = @used_at
+          @lock_stats[:handed] += 1
+          @contended_at = @gave_lease_at = @used_at
           drop_lease
-        end
-
-        def take_turn
-          @lock_stats[:turns] += 1
-          unless @write_lock.flock(File::LOCK_EX | File::LOCK_NB)
-            @contended_at = now
-            wait_for_lock(ask: false)
-          end
-          hold
         end
 
         def take_lease
           step_back = @gave_lease_at + STEP_BACK - now
           sleep step_back if step_back > 0
           unless @write_lock.flock(File::LOCK_EX | File::LOCK_NB)
+            ask = !contended? # a holder that saw contention looks at WAITERS; one that did not is asked
             @contended_at = now
-            wait_for_lock(ask: true)
+            wait_for_lock(ask: ask)
           end
           hold
-          # its listener is to drop the lease once unused for IDLE: it must know it has one
-          @wakeup&.nudge unless turns?
+          @wakeup&.nudge # its listener is to drop the lease once unused for IDLE: it must know it has one
         end
 
         def hold
+          @lock_stats[:leases] += 1
           @leased = true
           @lease_fresh = true
           @leased_at = now
@@ -208,10 +201,11 @@ module Herald
         # IDLE, and returns how long the listener may wait before it looks again (nil: as long as it likes).
         def lease_tick
           return nil unless @leased
+          idle_limit = contended? ? IDLE_CONTENDED : IDLE
           idle = now - @used_at
-          return IDLE - idle if idle < IDLE
+          return idle_limit - idle if idle < idle_limit
           @lock.synchronize do
-            drop_lease if @leased && !ForkTracker.forked?(@pid) && now - @used_at >= IDLE
+            drop_lease if @leased && !ForkTracker.forked?(@pid) && now - @used_at >= idle_limit
           end
           nil
         rescue IOError
