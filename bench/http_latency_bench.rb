@@ -24,6 +24,9 @@
 #   BENCH_HERALD_WORKERS=1,2 adds a row per worker count (default 1) for each Herald front end:
 #   BENCH_HERALD_FRONTS=puma,herald (default both: the middleware on Puma, how an app embeds Herald, and
 #   `herald server`'s own front end, the default server). BENCH_CLIENT=ruby|c (default c).
+#   BENCH_OLD_ROOT=/tmp/old adds, after each Herald row, the same row served by another tree's lib (made with
+#   `git archive main lib test/support bench/support | tar -x -C /tmp/old`), alternating with the others in
+#   the same rounds: an A/B comparison that the machine's drifting load hits alike.
 require_relative "harness"
 require_relative "support/http_servers"
 require_relative "support/fan_out_trace"
@@ -38,12 +41,16 @@ FRONTS = ENV.fetch("BENCH_HERALD_FRONTS", "puma,herald").split(",")
 
 Process.setrlimit(:NOFILE, Process.getrlimit(:NOFILE)[1]) # the servers inherit it (SpawnedServer)
 
+OLD_ROOT = ENV["BENCH_OLD_ROOT"]&.then { |root| File.expand_path(root) }
 FRONT_NAMES = {"puma" => "Herald middleware on Puma", "herald" => "herald server"}.freeze
 IMPLS = Bench::IMPLS.flat_map do |name, impl|
   next [[name, impl]] unless impl == "herald"
-  FRONTS.product(WORKERS).map do |front, n|
+  FRONTS.product(WORKERS).flat_map do |front, n|
     label = FRONT_NAMES.fetch(front) + ((n == 1) ? "" : ", #{n} worker processes")
-    [label, [impl, ["--trace", "--front", front, *(["--workers", n.to_s] if n > 1)]]]
+    args = ["--trace", "--front", front, *(["--workers", n.to_s] if n > 1)]
+    rows = [[label, [impl, args]]]
+    rows << ["#{label} (#{File.basename(OLD_ROOT)})", [impl, args, OLD_ROOT]] if OLD_ROOT
+    rows
   end
 end.to_h
 

@@ -7,8 +7,12 @@ module Herald
   module Rack
     # The one event loop thread that holds every parked client of a process (NIO::Selector: epoll/kqueue).
     #
-    # Inputs arrive on a queue: connections parked by request threads, clients gone, and the messages of one
-    # bus subscription (all channels) that this loop fans out. Per message it looks up the readers of the
+    # Inputs arrive on a queue: connections parked by request threads and clients gone. Messages are read
+    # from the store by this loop itself, after its own cursor, when the store says something is new
+    # (Store#watch: the appending thread wakes the loop, and for the Log another process's append pokes a
+    # socket the loop selects on): no thread in between, each of which cost an OS wake-up and a GVL hand-off.
+    # With a networked store (Redis, PostgreSQL), whose reads are round trips the loop must not wait for,
+    # the messages come from one bus subscription (all channels) on the queue. Per message it looks up the readers of the
     # message's channel key, checks each reader's position and permissions, and writes the message's cached
     # bytes; nothing here blocks (SocketConnection buffers, QueueConnection queues). Timers (long-poll
     # deadlines) are a list sorted by deadline. An error with one client drops that client, never the loop.
@@ -36,7 +40,9 @@ module Herald
         @cursor = bus.store.last_global_id # the last global id fanned out
         @closed = false
         @trace = nil
-        @subscription = bus.subscribe { |msg| push(msg) }
+        @store_moved = true # set by the store's watch callback: read it after @cursor
+        @watch = watch_store
+        @subscription = @watch ? nil : bus.subscribe { |msg| push(msg) }
         @thread = Thread.new { run }
         @thread.name = "herald-reactor" if @thread.respond_to?(:name=)
       end
@@ -57,9 +63,10 @@ module Herald
       def close
         return if @closed
         @closed = true
-        @subscription.unsubscribe
+        @subscription&.unsubscribe
         @selector.wakeup
         @thread.join(5)
+        @watch&.cancel
       end
 
       private
@@ -71,9 +78,38 @@ module Herald
         nil
       end
 
+      # The store wakes this loop for every append (Memory, Log). A Log's watch also has a socket that other
+      # processes' appends poke, selected on here beside the clients.
+      def watch_store
+        return nil unless @bus.store.respond_to?(:watch)
+        watch = @bus.store.watch { moved }
+        if watch.io
+          monitor = @selector.register(watch.io, :r)
+          monitor.value = watch
+        end
+        watch
+      end
+
+      # On the appending thread: only a flag and a wake-up, never the store's messages (read by the loop).
+      # On this loop's own thread (records read in by #poked) the flag is enough.
+      def moved
+        @store_moved = true
+        @selector.wakeup unless Thread.current.equal?(@thread)
+      rescue IOError
+        nil
+      end
+
+      # Another process appended: its records are read in on this thread, which runs the watch callback.
+      def poked
+        @watch.readable
+      rescue => e
+        report(e)
+      end
+
       def run
         until @closed
           @selector.select(select_timeout) { |monitor| io_ready(monitor) }
+          read_store if @store_moved
           drain
           expire
           sweep_stalled unless @writing.empty?
@@ -93,6 +129,7 @@ module Herald
 
       def io_ready(monitor)
         conn = monitor.value
+        return poked if conn.equal?(@watch)
         return if conn.closed?
         if monitor.writable? && conn.flush
           @writing.delete(conn)
@@ -102,6 +139,22 @@ module Herald
         settle(conn)
       rescue => e
         fail_connection(conn, e)
+      end
+
+      # Fans out what the store holds after @cursor (the flag is cleared first: an append landing during the
+      # read sets it again, so nothing is left behind). Parks queued meanwhile are admitted after (drain)
+      # and catch up from the backlog (admit): fanning out first serves the clients already waiting first.
+      def read_store
+        @store_moved = false
+        loop do
+          batch = @bus.store.global_backlog(@cursor, limit: Bus::BATCH)
+          break if batch.empty?
+          fan_out(batch) # moves @cursor
+          break if batch.size < Bus::BATCH
+        end
+      rescue
+        @store_moved = true # read again on the next turn (at the latest after TICK)
+        raise
       end
 
       def drain
