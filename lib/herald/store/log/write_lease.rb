@@ -3,53 +3,53 @@
 module Herald
   module Store
     class Log
-      # The write lock (an flock on LOCK), in two modes. docs/log.md has the design and its figures.
-      #
-      # A lease, while one process writes alone: the flock is kept between appends. Taking and dropping it
+      # The write lock (an flock on LOCK) kept between appends: a lease. Taking and dropping the flock
       # around every append, and asking the file's size (others may have appended meanwhile), cost three
       # syscalls of the four a publish made; a process that keeps the lock knows nobody appended since its
-      # last write, so an append is one write.
+      # last write, so an append is one write. docs/log.md has the design and its figures.
       #
-      # Turns, while several processes write at once (a Puma cluster whose workers all publish): each append
-      # takes the flock and drops it, and a writer that finds it taken waits in a blocking flock(LOCK_EX): the
-      # kernel wakes it when the lock is dropped, with no datagram and no polling. Passing a lease around
-      # instead cost every few appends a datagram, a listener wakeup, a poll sleep and a catch-up, and while
-      # one process held it the others' publishes all waited: two processes got less done than one.
-      # Contention is seen by a writer whose flock(LOCK_NB) fails, by a holder asked for its lease, and by a
-      # lease holder that looks at WAITERS (a blocked writer holds a shared flock on it) every LOOK_EVERY; the
-      # store takes turns until TURNS passed without any of those, then keeps a lease again.
+      # Several processes writing at once (a Puma cluster whose workers all publish) take the lease in turns.
+      # One that finds the lock taken waits in a blocking flock(LOCK_EX): the kernel wakes it when the lock is
+      # dropped, no polling. While it waits it holds a shared flock on WAITERS, and a holder that has held
+      # the lease MIN_HOLD looks at WAITERS every LOOK_EVERY (two syscalls) and hands the lease over when
+      # someone waits. Before, a waiter sent a "lease" datagram to every open store each time and polled the
+      # lock with sleeps, and the holder's listener thread had to get the GVL to hear it: 100-150 datagrams
+      # and as many listener wakeups for 6,000 appends of two processes, and the handoff went to whoever
+      # polled first. Whoever takes the lock after someone else held it reads what was appended meanwhile,
+      # and cuts a dead writer's torn tail, before it appends: as before, ids follow on densely, in commit order.
       #
-      # Asking a lease holder: a writer that finds the lock taken while it kept leases sends a "lease" datagram
-      # to every open store's wakeup socket (Wakeup); the holder's listener thread gives the lock up between
-      # two appends once it held it MIN_HOLD. Whoever takes the lock after someone else held it reads what was
-      # appended meanwhile, and cuts a dead writer's torn tail, before it appends: as before, ids follow on
-      # densely, in commit order.
+      # A holder that is not appending hears no one through WAITERS: a waiter that saw no contention for
+      # CONTENDED asks with a datagram (the holder's listener gives the lease up between two appends), and the
+      # listener drops a lease unused for IDLE (IDLE_CONTENDED while others write). A holder that gave the
+      # lease up keeps away for a step back so the woken waiter gets it; taking it back anyway (the waiter was
+      # not scheduled in time) doubles the next step back (up to STEP_BACK_MAX), so a busy writer cannot
+      # keep the lock from a slow one.
       #
       # The kernel frees the flock when its holder dies (kill -9 included). A store without a listening wakeup
-      # socket cannot hear an asker and has no thread to watch its waits: it drops the lock after every append
-      # and waits for it by polling (LOCK_NB with a backoff), as before.
+      # socket cannot hear an asker: it drops the lock after every append and waits for it by polling
+      # (LOCK_NB with a backoff, asking every ASK_EVERY), as before.
       #
       # A holder that cannot answer (stopped by SIGSTOP or a suspended console, hung) would keep everyone else
-      # from writing. So the listener drops a lease nobody used for IDLE, and watches a writer blocked on the
-      # lock: it warns at WAIT_WARN (naming the holder) and after `lock_timeout` seconds interrupts the wait
-      # with TimeoutError instead of letting it hang.
+      # from writing: a watchdog thread of the waiting store warns at WAIT_WARN (naming the holder) and after
+      # `lock_timeout` seconds interrupts the wait with TimeoutError instead of letting it hang.
       module WriteLease
-        MIN_HOLD = 0.002
+        MIN_HOLD = 0.005 # a lease is held at least this long before it is handed over (a run of appends)
         STEP_BACK = 0.0005
+        STEP_BACK_MAX = 0.008
         ASK_EVERY = 0.005
         POLL = 0.0001 # first wait between LOCK_NB attempts (no listener); doubles up to POLL_MAX
         POLL_MAX = 0.002
         IDLE = 0.02
         WAIT_WARN = 1.0
-        CONTENDED = 0.05 # for this long after another writer was seen, the lease is handed over on sight
-        HOLD = 0.002 # a lease is held at least this long when others wait (a run of appends per handoff)
-        LOOK_EVERY = 0.0005 # how often a lease holder past HOLD looks for blocked writers (WAITERS)
-        IDLE_CONTENDED = 0.001 # a lease unused this long is dropped when others wrote recently
+        CONTENDED = 0.05 # for this long after another writer was seen, a waiter relies on WAITERS (no datagram)
+        LOOK_EVERY = 0.0005 # how often a lease holder past MIN_HOLD looks for blocked writers (WAITERS)
+        IDLE_CONTENDED = 0.005 # a lease unused this long is dropped while others write
         WATCH = 0.1 # how often a blocked writer is looked at (start_watchdog)
         WATCHDOG_IDLE = 100 # WATCH periods without a blocked writer before the watchdog thread stops
 
-        # What this store did for the write lock since it opened (tests, benchmarks): appends that held a
-        # lease taken before, turns, waits in a blocking flock, datagrams asking for the lease, leases given up.
+        # What this store did for the write lock since it opened (tests, benchmarks): leases taken, waits in a
+        # blocking flock and the seconds they took, "lease" datagrams sent, leases handed over to a waiter seen
+        # on WAITERS and given up when asked.
         def lock_stats = @lock_stats.dup
 
         private
@@ -58,7 +58,8 @@ module Herald
           @leased = false # this store holds the flock
           @lease_fresh = false # taken since the last append: others may have appended
           @leased_at = 0.0
-          @gave_lease_at = -STEP_BACK
+          @gave_lease_at = -1.0
+          @step_back = STEP_BACK
           @used_at = 0.0
           @contended_at = -CONTENDED # when another writer was last seen
           @looked_at = 0.0 # when a lease holder last looked at WAITERS
@@ -68,16 +69,12 @@ module Herald
           @wait_mutex = Mutex.new
           @watchdog = nil
           @asked_at = -WATCH
-          @lock_stats = {kept: 0, leases: 0, waits: 0, asks: 0, given: 0, handed: 0}
+          @lock_stats = {leases: 0, waits: 0, waited: 0.0, asks: 0, handed: 0, given: 0}
         end
 
         # Runs the block holding the write lock; under @lock.
         def locked
-          if @leased
-            @lock_stats[:kept] += 1
-          else
-            take_lease
-          end
+          take_lease unless @leased
           yield
         ensure
           after_append
@@ -85,11 +82,12 @@ module Herald
 
         def contended? = now - @contended_at < CONTENDED
 
-        # Keeps the lease, and hands it over to a blocked writer once held HOLD (looking every LOOK_EVERY).
+        # Keeps the lease, and hands it over to a blocked writer once held MIN_HOLD (looking every LOOK_EVERY).
         def after_append
+          return unless @leased # (the wait for it failed)
           return drop_lease unless @wakeup&.listening?
           @used_at = now
-          look_for_waiters if @used_at - @leased_at >= HOLD && @used_at - @looked_at >= LOOK_EVERY
+          look_for_waiters if @used_at - @leased_at >= MIN_HOLD && @used_at - @looked_at >= LOOK_EVERY
         end
 
         # A lease holder publishing in a loop hears askers only between its appends, when its listener gets
@@ -103,10 +101,18 @@ module Herald
           drop_lease
         end
 
+        # A store that just gave its lock up keeps away for @step_back first, so the writer it gave it to (woken
+        # by the kernel, not yet running) gets it. Taking it back anyway means that writer was not scheduled in
+        # time (a loaded machine): the next step back is twice as long, up to STEP_BACK_MAX, so a busy writer
+        # cannot keep the lock from a slow one; a handover that worked halves it again.
         def take_lease
-          step_back = @gave_lease_at + STEP_BACK - now
-          sleep step_back if step_back > 0
-          unless @write_lock.flock(File::LOCK_EX | File::LOCK_NB)
+          gave = @gave_lease_at > @leased_at && now - @gave_lease_at < STEP_BACK_MAX # (a while ago: no one waits)
+          wait = @gave_lease_at + @step_back - now
+          sleep wait if gave && wait > 0
+          if @write_lock.flock(File::LOCK_EX | File::LOCK_NB)
+            @step_back = [@step_back * 2, STEP_BACK_MAX].min if gave
+          else
+            @step_back = [@step_back / 2, STEP_BACK].max if gave
             ask = !contended? # a holder that saw contention looks at WAITERS; one that did not is asked
             @contended_at = now
             wait_for_lock(ask: ask)
@@ -128,9 +134,9 @@ module Herald
           Wakeup.ask_for_lease(@directory.join("wakeup"), except: (@wakeup if @wakeup&.listening?))
         end
 
-        # Waits in a blocking flock(LOCK_EX), holding a shared flock on WAITERS so a lease holder sees it, and
-        # with the store's listener watching (lease_tick). A lease holder may not look (it is idle, or keeps
-        # its lease from before): `ask` sends it a datagram first.
+        # Waits in a blocking flock(LOCK_EX), holding a shared flock on WAITERS so a lease holder sees it, with
+        # the watchdog watching. A holder that is not appending does not look at WAITERS: `ask` (no contention
+        # seen lately), or WAITERS not taken, sends it a datagram first.
         def wait_for_lock(ask:)
           return poll_for_lock unless @wakeup&.listening?
           @lock_stats[:waits] += 1
@@ -139,13 +145,15 @@ module Herald
           seen = waiters&.flock(File::LOCK_SH | File::LOCK_NB)
           ask_for_lease if ask || !seen
           begin
-            @wait_mutex.synchronize { @waiter = [Thread.current, now, false] }
+            started = now
+            @wait_mutex.synchronize { @waiter = [Thread.current, started, false] }
             # The listener raises TimeoutError in this thread only while @waiter is set. Arriving just as the
             # flock returned, it is raised when this block ends, before anything is written.
             Thread.handle_interrupt(TimeoutError => :on_blocking) do
               @write_lock.flock(File::LOCK_EX)
               @wait_mutex.synchronize { @waiter = nil }
             end
+            @lock_stats[:waited] += now - started
           rescue TimeoutError
             @write_lock.flock(File::LOCK_UN) # it may have come with the lock
             raise
@@ -197,8 +205,8 @@ module Herald
           "another process"
         end
 
-        # Called by the Wakeup listener after every wait: watches a blocked writer, drops a lease unused for
-        # IDLE, and returns how long the listener may wait before it looks again (nil: as long as it likes).
+        # Called by the Wakeup listener after every wait: drops a lease unused for IDLE (IDLE_CONTENDED while
+        # others write), and returns how long the listener may wait before it looks again (nil: as long as it likes).
         def lease_tick
           return nil unless @leased
           idle_limit = contended? ? IDLE_CONTENDED : IDLE
@@ -219,9 +227,9 @@ module Herald
           return if @watchdog&.alive?
           @watchdog = Thread.new do
             idle = 0
-            until @closed || (idle += 1) > WATCHDOG_IDLE
+            while !@closed && idle < WATCHDOG_IDLE
               sleep WATCH
-              idle = 0 if watch_waiter
+              idle = watch_waiter ? 0 : idle + 1
             end
           end
           @watchdog.name = "herald-log-lock-watch"
@@ -246,7 +254,7 @@ module Herald
           true
         end
 
-        # While a writer is blocked: every WATCH at most (the listener also runs after every poke).
+        # While a writer is blocked: every WATCH.
         def ask_again
           return unless @waiter && now - @asked_at >= WATCH
           ask_for_lease
@@ -260,8 +268,7 @@ module Herald
 
         # Called by the Wakeup listener when another store asked for the lease. A lease held less than
         # MIN_HOLD is kept that long first (a busy writer gets a run of appends per handoff), measured under
-        # the store's lock: a lease taken while this thread waited for the lock is a new one. Being asked is
-        # contention: the store takes turns from then on.
+        # the store's lock: a lease taken while this thread waited for the lock is a new one.
         def give_lease
           while (wait = @lock.synchronize { hand_over })
             sleep wait
