@@ -3,6 +3,8 @@
 # What one fdatasync costs on this disk, for the shapes fsync: :always could take (docs/log.md), rows
 # interleaved round by round:
 #   append      write at the end of the file (i_size grows: ext4 commits its journal in every sync)
+#   fallocate   append into blocks allocated ahead past the end (fallocate FALLOC_FL_KEEP_SIZE): the size
+#               still grows, but no block is allocated at sync time
 #   overwrite   write into a file already filled with zeros and synced (no metadata changes: the sync is
 #               the data page and a cache flush)
 # each from 1 thread (one sync at a time, 1 or 8 records a write) and from 8 threads each writing its own
@@ -10,6 +12,7 @@
 #
 #   bundle exec ruby bench/log_sync_bench.rb        # BENCH_ROUNDS=5 BENCH_SYNCS=300
 require "tmpdir"
+require "fiddle"
 
 ROUNDS = Integer(ENV.fetch("BENCH_ROUNDS", "5"))
 SYNCS = Integer(ENV.fetch("BENCH_SYNCS", "300"))
@@ -18,11 +21,18 @@ PREFILL = 16 * 1024 * 1024
 
 def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
+FALLOCATE = Fiddle::Function.new(Fiddle.dlopen(nil)["fallocate"],
+  [Fiddle::TYPE_INT, Fiddle::TYPE_INT, Fiddle::TYPE_LONG_LONG, Fiddle::TYPE_LONG_LONG], Fiddle::TYPE_INT)
+KEEP_SIZE = 1 # FALLOC_FL_KEEP_SIZE: blocks allocated past the end, the file's size unchanged
+
 # A file to write into, and where the next record goes.
 class Target
   def initialize(dir, name, prefill)
     @io = File.new(File.join(dir, name), File::RDWR | File::CREAT | File::TRUNC | File::BINARY)
-    if prefill
+    if prefill == :keep_size
+      raise "fallocate failed" unless FALLOCATE.call(@io.fileno, KEEP_SIZE, 0, PREFILL).zero?
+      @io.fsync
+    elsif prefill
       chunk = "\0".b * (1024 * 1024)
       (PREFILL / chunk.bytesize).times { @io.write(chunk) }
       @io.fsync
@@ -63,12 +73,15 @@ end
 Dir.mktmpdir("herald-sync", ENV.fetch("BENCH_DIR", Dir.pwd)) do |dir|
   append = Target.new(dir, "append", false)
   over = Target.new(dir, "over", true)
+  kept = Target.new(dir, "kept", :keep_size)
   rows = {
     "append, 1 thread, 1 record a sync" => -> { run(append, 1, 1) },
     "append, 1 thread, 8 records a sync" => -> { run(append, 1, 8) },
     "append, 1 thread, another process spinning" => -> { run(append, 1, 1, spin: true) },
     "append, 8 threads syncing at once" => -> { run(append, 8, 1) },
     "append, 2 threads syncing at once, 4 records a sync" => -> { run(append, 2, 4) },
+    "fallocate KEEP_SIZE ahead, append, 1 thread, 1 record a sync" => -> { run(kept, 1, 1) },
+    "fallocate KEEP_SIZE ahead, append, 1 thread, 8 records a sync" => -> { run(kept, 1, 8) },
     "overwrite, 1 thread, 1 record a sync" => -> { run(over, 1, 1) },
     "overwrite, 1 thread, 8 records a sync" => -> { run(over, 1, 8) },
     "overwrite, 8 threads syncing at once" => -> { run(over, 8, 1) },
@@ -86,6 +99,5 @@ Dir.mktmpdir("herald-sync", ENV.fetch("BENCH_DIR", Dir.pwd)) do |dir|
     puts format("| %s | %d (%d-%d) | %d | %d | %d |", name, med.call(s.map { _1[:rate] }), s.map { _1[:rate] }.min, s.map { _1[:rate] }.max,
       med.call(s.map { _1[:records] }), med.call(s.map { _1[:p50] }), med.call(s.map { _1[:p90] }))
   end
-  append.close
-  over.close
+  [append, over, kept].each(&:close)
 end
