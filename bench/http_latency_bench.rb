@@ -68,7 +68,8 @@ end
 CLIENT = client_command
 CLIENT_NAME = (CLIENT.first == RbConfig.ruby) ? "Ruby (nio4r)" : "C (epoll)"
 
-Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects, :process_cpu_us, :client_cpu_us, :client_wait_cpu_us, :starts_ms)
+Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects, :process_cpu_us, :client_cpu_us, :client_wait_cpu_us, :starts_ms,
+  :loop_runq_ms, :client_runq_ms, :gcs)
 
 # CPU seconds of the server and its worker processes (a worker row's parent only forks and waits).
 def server_cpu(pid)
@@ -94,6 +95,7 @@ def measure_round(server, clients, traced:)
   round.process_cpu_us = process_cpu * 1e6 / clients
   round.client_cpu_us = client_cpu * 1e6 / clients
   round.client_wait_cpu_us = stats["wait_cpu"] && stats["wait_cpu"] * 1e6 / clients
+  round.client_runq_ms = stats["runq"] * 1000 if stats["runq"]&.>=(0)
   server_side(round, round_traces(server.dir, clients, traced: traced))
   round
 end
@@ -119,6 +121,11 @@ def server_side(round, traces)
   # When each process's loop began its fan-out, after the stamp: the publishing one, then the others (woken
   # through the log's cross-process wakeup).
   round.starts_ms = records.map { |r| (r["started"] - r["st"]) * 1000 }.minmax
+  # Time the event loops spent runnable but without a CPU from their start to their last write (the worst
+  # process), and the GCs that ran in them meanwhile: what the machine, not Herald's code, adds to a round.
+  waits = records.filter_map { |r| r["waited"][1] - r["waited"][0] if r["waited"]&.first(2)&.all? }
+  round.loop_runq_ms = waits.max * 1000 unless waits.empty?
+  round.gcs = records.sum { |r| r["gcs"] ? r["gcs"][1] - r["gcs"][0] : 0 }
   answered = records.sum { |r| r["answered"] }
   return if answered.zero?
   # Per answered client, over every process: CPU of the event loop thread (write loop + bookkeeping), objects.
@@ -126,9 +133,11 @@ def server_side(round, traces)
   round.objects = records.sum { |r| r["objects"].last - r["objects"].first }.fdiv(answered)
   return unless ENV["BENCH_DEBUG"]
   records.each do |r|
-    warn format("pid %d: %d answered; stamp->start %.1f ms, writes %.1f ms, bookkeeping+closes %.1f ms; cpu writes %.1f ms, after %.1f ms",
+    warn format("pid %d: %d answered; stamp->start %.1f ms, writes %.1f ms, bookkeeping+closes %.1f ms; cpu writes %.1f ms, after %.1f ms; " \
+      "waited for a CPU during writes %.1f ms; client waited %.1f ms",
       r["pid"], r["answered"], (r["started"] - r["st"]) * 1000, (r["last_write"] - r["started"]) * 1000,
-      (r["done"] - r["last_write"]) * 1000, (r["cpu"][1] - r["cpu"][0]) * 1000, (r["cpu"][2] - r["cpu"][1]) * 1000)
+      (r["done"] - r["last_write"]) * 1000, (r["cpu"][1] - r["cpu"][0]) * 1000, (r["cpu"][2] - r["cpu"][1]) * 1000,
+      ((r.dig("waited", 1) || 0) - (r.dig("waited", 0) || 0)) * 1000, round.client_runq_ms || -1)
   end
 end
 
@@ -165,21 +174,27 @@ COUNTS.each do |clients|
        "closes), which do not depend on the machine's load; server CPU: the whole server's (every process, /proc) over the " \
        "round per client, accepting and parking its poll as well as answering it, for message_bus too (10 ms ticks); client CPU: " \
        "the client process's per client, over the round (connecting and sending the poll too) and from the publish to the last reply " \
-       "(reading; the C client only). Load average #{load_before} before, #{load_after} after " \
+       "(reading; the C client only). Waited for a CPU: how long, from the fan-out's start to its last write, the event " \
+       "loop (the slowest process) was runnable with no CPU free, and how long the client was, from the publish to its last " \
+       "reply (the kernel's schedstat; median, max over rounds): time the machine's other work took, not Herald's code; " \
+       "GCs: garbage collections in the loops over those spans, every round. Load average #{load_before} before, #{load_after} after " \
        "(2 cores shared with other work). #{Bench.store_note}", ""
   puts "| | client p50 | client p99 | per-round p99 (min-max) | max | p99 vs #{base_name} | server p50 | server p99 | " \
-       "last write (median, max) | fan-out start (first, last process) | CPU/client | objects/client | server CPU/client | client CPU/client (round, reading) | missed |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+       "last write (median, max) | fan-out start (first, last process) | CPU/client | objects/client | server CPU/client | client CPU/client (round, reading) | waited for a CPU: loop, client (median, max) | GCs | missed |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   rows.each do |name, list|
     ms = list.flat_map(&:client_ms).sort
     missed = list.sum(&:missed)
-    next puts "| #{name} | - | - | - | - | - | - | - | - | - | - | - | - | - | #{missed} |" if ms.empty?
+    next puts "| #{name} | - | - | - | - | - | - | - | - | - | - | - | - | - | - | - | #{missed} |" if ms.empty?
     p99s = list.map { |r| Bench.percentile(r.client_ms.sort, 0.99) }.compact
     server = list.flat_map { |r| r.server_ms || [] }.sort
     last = list.map(&:last_write_ms).compact
     starts = list.map(&:starts_ms).compact
     cpu = list.map(&:cpu_us).compact
     objects = list.map(&:objects).compact
+    loop_waits = list.map(&:loop_runq_ms).compact
+    client_waits = list.map(&:client_runq_ms).compact
+    waits = [loop_waits, client_waits].map { |l| l.empty? ? "-" : "#{fmt(Bench.median(l))}, #{fmt(l.max)}" }.join("; ")
     p99 = Bench.percentile(ms, 0.99)
     puts "| #{name} | #{fmt(Bench.percentile(ms, 0.5))} ms | #{fmt(p99)} ms | #{fmt(p99s.min)}-#{fmt(p99s.max)} ms | " \
          "#{fmt(ms.last)} ms | #{format("%.2fx", p99 / base_p99)} | " \
@@ -188,7 +203,8 @@ COUNTS.each do |clients|
          "#{last.empty? ? "-" : "#{fmt(Bench.median(last))}, #{fmt(last.max)} ms"} | " \
          "#{starts.empty? ? "-" : "#{fmt(Bench.median(starts.map(&:first)), 2)}, #{fmt(Bench.median(starts.map(&:last)), 2)} ms"} | " \
          "#{cpu.empty? ? "-" : "#{fmt(Bench.median(cpu))} us"} | #{objects.empty? ? "-" : fmt(Bench.median(objects), 2)} | " \
-         "#{fmt(Bench.median(list.map(&:process_cpu_us)), 0)} us | #{fmt(Bench.median(list.map(&:client_cpu_us)), 0)}, #{fmt(Bench.median(list.filter_map(&:client_wait_cpu_us).then { |l| l.empty? ? [nil] : l }))} us | #{missed} |"
+         "#{fmt(Bench.median(list.map(&:process_cpu_us)), 0)} us | #{fmt(Bench.median(list.map(&:client_cpu_us)), 0)}, #{fmt(Bench.median(list.filter_map(&:client_wait_cpu_us).then { |l| l.empty? ? [nil] : l }))} us | " \
+         "#{waits} ms | #{loop_waits.empty? ? "-" : list.sum { |r| r.gcs || 0 }} | #{missed} |"
   end
   puts
   targets = (clients == 1000) ? "server p99 <= 15 ms, client p99 <= 25 ms" : "client p99 <= 150 ms"

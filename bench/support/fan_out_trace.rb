@@ -8,6 +8,9 @@ module Bench
   # the reactor calls #wrote after each shared reply it hands the kernel, and once the bookkeeping is done
   # the recorder appends one JSON line to DIR/fan-out-PID.jsonl: the stamp and every write's time. Clocks
   # are CLOCK_REALTIME, so a worker process that did not take the publish request measures from the same stamp.
+  # Beside the clocks: the loop thread's time waiting for a CPU while runnable (the kernel's schedstat: the
+  # machine's other work, not Herald's) and the GCs that ran, from the start to the last write: what makes one
+  # round slower than another.
   class FanOutTrace
     def initialize(dir) = @path = File.join(dir, "fan-out-#{Process.pid}.jsonl")
 
@@ -20,6 +23,8 @@ module Bench
         @writes = []
         @cpu = [cpu]
         @objects = [GC.stat(:total_allocated_objects)]
+        @waited = [waited]
+        @gcs = [GC.count]
         @started = now
       end
 
@@ -30,6 +35,8 @@ module Bench
         @count = count
         @cpu << cpu
         @objects << GC.stat(:total_allocated_objects)
+        @waited << waited
+        @gcs << GC.count
       end
 
       # Everything below runs after the fan-out, so it is not part of the figures.
@@ -41,7 +48,7 @@ module Bench
         stamp = (data["st"] || data["t"] if data.is_a?(Hash)) or return # "t" alone: published elsewhere (herald publish)
         line = JSON.generate("pid" => Process.pid, "global_id" => @msg.global_id, "st" => stamp,
           "started" => @started, "last_write" => @last, "done" => finished, "writes" => @writes,
-          "answered" => @count, "cpu" => @cpu, "objects" => @objects)
+          "answered" => @count, "cpu" => @cpu, "objects" => @objects, "waited" => @waited, "gcs" => @gcs)
         File.open(@path, "a") { |f| f.write(line, "\n") }
       end
 
@@ -49,6 +56,15 @@ module Bench
 
       # The reactor thread's own CPU time: what the fan-out costs whatever else runs on the machine.
       def cpu = Process.clock_gettime(Process::CLOCK_THREAD_CPUTIME_ID)
+
+      # Seconds this thread has spent runnable but waiting for a CPU (/proc/thread-self/schedstat, second
+      # field; opened once per thread: a pread is ~4 us). nil where there is no such file.
+      def waited
+        file = (Thread.current[:bench_schedstat] ||= File.open("/proc/thread-self/schedstat"))
+        file.pread(64, 0).split[1].to_i / 1e9
+      rescue SystemCallError, IOError
+        nil
+      end
     end
 
     # Every recorded fan-out in dir, {global_id => [records of each process]}; the files are emptied.
