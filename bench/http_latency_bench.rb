@@ -25,8 +25,9 @@
 #   BENCH_HERALD_FRONTS=puma,herald (default both: the middleware on Puma, how an app embeds Herald, and
 #   `herald server`'s own front end, the default server). BENCH_CLIENT=ruby|c (default c).
 #   BENCH_OLD_ROOT=/tmp/old adds, after each Herald row, the same row served by another tree's lib (made with
-#   `git archive main lib test/support bench/support | tar -x -C /tmp/old`), alternating with the others in
-#   the same rounds: an A/B comparison that the machine's drifting load hits alike.
+#   `git archive main lib test/support | tar -x -C /tmp/old`, then this tree's bench/support copied in for the
+#   same trace), alternating with the others in the same rounds: an A/B comparison that the machine's drifting
+#   load hits alike. Several trees: comma-separated.
 require_relative "harness"
 require_relative "support/http_servers"
 require_relative "support/fan_out_trace"
@@ -41,7 +42,7 @@ FRONTS = ENV.fetch("BENCH_HERALD_FRONTS", "puma,herald").split(",")
 
 Process.setrlimit(:NOFILE, Process.getrlimit(:NOFILE)[1]) # the servers inherit it (SpawnedServer)
 
-OLD_ROOT = ENV["BENCH_OLD_ROOT"]&.then { |root| File.expand_path(root) }
+OLD_ROOTS = ENV.fetch("BENCH_OLD_ROOT", "").split(",").map { |root| File.expand_path(root) }
 FRONT_NAMES = {"puma" => "Herald middleware on Puma", "herald" => "herald server"}.freeze
 IMPLS = Bench::IMPLS.flat_map do |name, impl|
   next [[name, impl]] unless impl == "herald"
@@ -49,8 +50,7 @@ IMPLS = Bench::IMPLS.flat_map do |name, impl|
     label = FRONT_NAMES.fetch(front) + ((n == 1) ? "" : ", #{n} worker processes")
     args = ["--trace", "--front", front, *(["--workers", n.to_s] if n > 1)]
     rows = [[label, [impl, args]]]
-    rows << ["#{label} (#{File.basename(OLD_ROOT)})", [impl, args, OLD_ROOT]] if OLD_ROOT
-    rows
+    rows + OLD_ROOTS.map { |root| ["#{label} (#{File.basename(root)})", [impl, args, root]] }
   end
 end.to_h
 
@@ -87,16 +87,18 @@ def measure_round(server, clients, traced:)
   client_before = Process.times.then { |t| t.cutime + t.cstime }
   lines = IO.popen({"LATENCY_STATS" => "1"}, command, &:readlines).map { |line| JSON.parse(line) }
   stats = lines.last.is_a?(Hash) ? lines.pop : {}
-  process_cpu = server_cpu(server.pid) - cpu_before
   client_cpu = Process.times.then { |t| t.cutime + t.cstime } - client_before
   raise "client process failed" unless $?.success? && lines.size == 1
   samples = lines.flatten
   round = Round.new(samples.compact.map { |s| s * 1000 }, samples.count(&:nil?) + (clients - samples.size))
-  round.process_cpu_us = process_cpu * 1e6 / clients
   round.client_cpu_us = client_cpu * 1e6 / clients
   round.client_wait_cpu_us = stats["wait_cpu"] && stats["wait_cpu"] * 1e6 / clients
   round.client_runq_ms = stats["runq"] * 1000 if stats["runq"]&.>=(0)
-  server_side(round, round_traces(server.dir, clients, traced: traced))
+  # The server's CPU once its loops wrote their records, which they do after closing the round's sockets
+  # (later than the client's last read, Reactor::CLOSE_DELAY): so the closes count in the round's CPU.
+  traces = round_traces(server.dir, clients, traced: traced)
+  round.process_cpu_us = (server_cpu(server.pid) - cpu_before) * 1e6 / clients
+  server_side(round, traces)
   round
 end
 
