@@ -51,7 +51,30 @@ class CloseLaterTest < Minitest::Test
     sockets&.each(&:close)
   end
 
+  # Clients that hang up before their sockets are closed: the loop stops watching them instead of being told
+  # of them on every turn until then (a busy loop over CLOSE_DELAY).
+  def test_clients_hanging_up_before_the_close_do_not_keep_the_loop_busy
+    mw = middleware(long_polling_interval: 10)
+    server = puma(mw)
+    sockets = Array.new(50) { |i| server.request({"/c" => 0}, client: "c#{i}", headers: {"Dont-Chunk" => "t"}) }
+    parked(mw, 50)
+    trace = SlowWrites.new
+    mw.reactor.trace = trace
+    loop_thread = Thread.list.find { |t| t.name == "herald-reactor" }
+    @bus.publish("/c", "x")
+    sockets.each { |s| whole_reply(s) }
+    trace.events.pop # written: the closes are CLOSE_DELAY away
+    sockets.each(&:close)
+    before = run_time(loop_thread)
+    sleep Herald::Rack::Reactor::CLOSE_DELAY
+    assert_operator run_time(loop_thread) - before, :<, Herald::Rack::Reactor::CLOSE_DELAY / 2, "CPU seconds the loop used meanwhile"
+    assert_equal :done, trace.events.pop.first
+  end
+
   private
+
+  # CPU seconds the thread has run (Linux: /proc/self/task/TID/schedstat).
+  def run_time(thread) = File.read("/proc/self/task/#{thread.native_thread_id}/schedstat").split.first.to_i / 1e9
 
   # The reply's bytes by its content-length, without waiting for the close.
   def whole_reply(socket)

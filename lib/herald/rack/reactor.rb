@@ -139,7 +139,9 @@ module Herald
       def io_ready(monitor)
         conn = monitor.value
         return poked if conn.equal?(@watch)
-        return if conn.closed?
+        # Answered, its socket not closed yet (CLOSE_DELAY), and the client hung up: epoll would report it on
+        # every turn until then.
+        return monitor.close if conn.closed?
         if monitor.writable? && conn.flush
           @writing.delete(conn)
           monitor.interests = :r unless conn.closed?
