@@ -326,6 +326,7 @@ module Herald
         answered.each do |conn|
           remove(conn)
           settle(conn)
+          conn.unwatch if conn.closed?
         end
         others&.each { |conn, msgs| deliver(conn, msgs) }
         release_later(took, trace)
