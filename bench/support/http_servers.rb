@@ -19,10 +19,11 @@ module Bench
   # Runs the block with a server in a child process: test/support/http_server.rb, the same Puma settings
   # (Herald::Server.build_puma) and demo app in front of message_bus's middleware (memory backend) or
   # Herald's (the embedded log in a temporary directory). Both lift the 1,000-client cap.
-  # args: more options for http_server.rb (--trace, --workers N).
-  def self.with_http_server(impl, args = [])
+  # args: more options for http_server.rb (--trace, --workers N). root: the tree whose test/support/http_server.rb
+  # (and so lib/) runs: another checkout's, for an A/B row in the same run (BENCH_OLD_ROOT).
+  def self.with_http_server(impl, args = [], root = HTTP_ROOT)
     Dir.mktmpdir("herald-http-bench") do |dir|
-      command = [RbConfig.ruby, File.join(HTTP_ROOT, "test/support/http_server.rb"), "--impl", impl,
+      command = [RbConfig.ruby, File.join(root, "test/support/http_server.rb"), "--impl", impl,
         "--dir", dir, "--threads", THREADS.to_s, "--max-clients", "20000", *args]
       server = Herald::SpawnedServer.new(command, dir: dir)
       begin

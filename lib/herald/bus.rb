@@ -84,7 +84,7 @@ module Herald
       @lock.synchronize do
         @pending << sub
         # A forked child inherits the bus but not its dispatcher thread: start one again there.
-        @dispatcher = Thread.new { dispatch_loop } unless @dispatcher&.alive?
+        @dispatcher = Thread.new { dispatch_loop }.tap { |t| t.name = "herald-dispatcher" } unless @dispatcher&.alive?
       end
       sub
     end

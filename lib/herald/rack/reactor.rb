@@ -7,13 +7,22 @@ module Herald
   module Rack
     # The one event loop thread that holds every parked client of a process (NIO::Selector: epoll/kqueue).
     #
-    # Inputs arrive on a queue: connections parked by request threads, clients gone, and the messages of one
-    # bus subscription (all channels) that this loop fans out. Per message it looks up the readers of the
+    # Inputs arrive on a queue: connections parked by request threads and clients gone. Messages are read
+    # from the store by this loop itself, after its own cursor, when the store says something is new
+    # (Store#watch: the appending thread wakes the loop, and for the Log another process's append pokes a
+    # socket the loop selects on): no thread in between, each of which cost an OS wake-up and a GVL hand-off.
+    # With a networked store (Redis, PostgreSQL), whose reads are round trips the loop must not wait for,
+    # the messages come from one bus subscription (all channels) on the queue. Per message it looks up the readers of the
     # message's channel key, checks each reader's position and permissions, and writes the message's cached
     # bytes; nothing here blocks (SocketConnection buffers, QueueConnection queues). Timers (long-poll
     # deadlines) are a list sorted by deadline. An error with one client drops that client, never the loop.
     class Reactor
       TICK = 0.25 # longest select: how often deadlines and stalled writers are checked at the latest
+      # A fan-out's sockets are closed once about as long again as its writes took has passed, at most this
+      # long after: closing costs the kernel about what writing did, and meanwhile the other worker processes'
+      # loops are still writing their replies and the clients reading them, on the same cores. Nobody waits
+      # for these closes: every reply carries its length (or its last chunk), and the work is the same, later.
+      CLOSE_DELAY = 0.05
 
       attr_reader :bus
       # For benchmarks: an object whose #start(msg) returns nil or a per-fan-out recorder (#wrote after
@@ -33,10 +42,14 @@ module Herald
         @timers = [] # Connections by deadline, oldest first
         @writing = {}.compare_by_identity # SocketConnections with bytes the kernel has not taken yet
         @released = [] # closed SocketConnections whose sockets are closed after the current fan-out
+        @release_at = nil # when the sockets of the last fan-outs are to be closed (CLOSE_DELAY)
+        @release_traces = [] # their trace recorders, done once the sockets are closed
         @cursor = bus.store.last_global_id # the last global id fanned out
         @closed = false
         @trace = nil
-        @subscription = bus.subscribe { |msg| push(msg) }
+        @store_moved = true # set by the store's watch callback: read it after @cursor
+        @watch = watch_store
+        @subscription = @watch ? nil : bus.subscribe { |msg| push(msg) }
         @thread = Thread.new { run }
         @thread.name = "herald-reactor" if @thread.respond_to?(:name=)
       end
@@ -57,9 +70,10 @@ module Herald
       def close
         return if @closed
         @closed = true
-        @subscription.unsubscribe
+        @subscription&.unsubscribe
         @selector.wakeup
         @thread.join(5)
+        @watch&.cancel
       end
 
       private
@@ -71,9 +85,38 @@ module Herald
         nil
       end
 
+      # The store wakes this loop for every append (Memory, Log). A Log's watch also has a socket that other
+      # processes' appends poke, selected on here beside the clients.
+      def watch_store
+        return nil unless @bus.store.respond_to?(:watch)
+        watch = @bus.store.watch { moved }
+        if watch.io
+          monitor = @selector.register(watch.io, :r)
+          monitor.value = watch
+        end
+        watch
+      end
+
+      # On the appending thread: only a flag and a wake-up, never the store's messages (read by the loop).
+      # On this loop's own thread (records read in by #poked) the flag is enough.
+      def moved
+        @store_moved = true
+        @selector.wakeup unless Thread.current.equal?(@thread)
+      rescue IOError
+        nil
+      end
+
+      # Another process appended: its records are read in on this thread, which runs the watch callback.
+      def poked
+        @watch.readable
+      rescue => e
+        report(e)
+      end
+
       def run
         until @closed
           @selector.select(select_timeout) { |monitor| io_ready(monitor) }
+          read_store if @store_moved
           drain
           expire
           sweep_stalled unless @writing.empty?
@@ -87,13 +130,18 @@ module Herald
       end
 
       def select_timeout
-        first = @timers.first or return TICK
-        (first.deadline - now).clamp(0, TICK)
+        first = @timers.first&.deadline
+        first = @release_at if @release_at && (first.nil? || @release_at < first)
+        return TICK unless first
+        (first - now).clamp(0, TICK)
       end
 
       def io_ready(monitor)
         conn = monitor.value
-        return if conn.closed?
+        return poked if conn.equal?(@watch)
+        # Answered, its socket not closed yet (CLOSE_DELAY), and the client hung up: epoll would report it on
+        # every turn until then.
+        return monitor.close if conn.closed?
         if monitor.writable? && conn.flush
           @writing.delete(conn)
           monitor.interests = :r unless conn.closed?
@@ -102,6 +150,22 @@ module Herald
         settle(conn)
       rescue => e
         fail_connection(conn, e)
+      end
+
+      # Fans out what the store holds after @cursor (the flag is cleared first: an append landing during the
+      # read sets it again, so nothing is left behind). Parks queued meanwhile are admitted after (drain)
+      # and catch up from the backlog (admit): fanning out first serves the clients already waiting first.
+      def read_store
+        @store_moved = false
+        loop do
+          batch = @bus.store.global_backlog(@cursor, limit: Bus::BATCH)
+          break if batch.empty?
+          fan_out(batch) # moves @cursor
+          break if batch.size < Bus::BATCH
+        end
+      rescue
+        @store_moved = true # read again on the next turn (at the latest after TICK)
+        raise
       end
 
       def drain
@@ -158,10 +222,23 @@ module Herald
         nil
       end
 
-      def release_closed
-        return if @released.empty?
+      # Closes the sockets of closed connections, unless a fan-out's are still waiting for their turn (then
+      # these wait with them). force: now (shutdown).
+      def release_closed(force: false)
+        return if @release_at && !force && now < @release_at
+        @release_at = nil
         @released.each(&:release)
         @released.clear
+        return if @release_traces.empty?
+        @release_traces.each(&:done)
+        @release_traces.clear
+      end
+
+      # After a fan-out whose writes took `took` seconds (see CLOSE_DELAY). A later fan-out never postpones
+      # the closes an earlier one set.
+      def release_later(took, trace)
+        @release_traces << trace if trace
+        @release_at ||= now + took.clamp(0, CLOSE_DELAY)
       end
 
       def want_write(conn)
@@ -190,6 +267,7 @@ module Herald
       # several, each reader's messages are gathered first (a long poll answers with all of them at once).
       def fan_out(batch)
         return fan_out_one(batch.first) if batch.size == 1
+        started = now
         trace = @trace&.start(batch.last)
         polls = {}.compare_by_identity # shared-reply poll => bit i set for each batch[i] it takes
         others = nil # other readers => their messages
@@ -211,12 +289,13 @@ module Herald
           conn.write_reply((replies[conn.extra_headers] ||= {})[bits] ||= poll_reply(batch, bits, conn.extra_headers))
           trace&.wrote
         end
-        after_fan_out(polls.keys, others, trace, taken: polls)
+        after_fan_out(polls.keys, others, trace, started, taken: polls)
       end
 
       def fan_out_one(msg)
         @cursor = msg.global_id if msg.global_id > @cursor
         readers = @index[Client.key(msg.channel, msg.site_id)] or return
+        started = now
         trace = @trace&.start(msg)
         check = checked?(msg)
         replies = {} # extra header lines => the shared reply bytes
@@ -232,12 +311,14 @@ module Herald
             ((others ||= {}.compare_by_identity)[conn] = [msg])
           end
         end
-        after_fan_out(answered, others, trace)
+        after_fan_out(answered, others, trace, started)
       end
 
-      # The bookkeeping after the writes: unindex the answered polls, deliver to the other readers, close.
-      # taken: each answered poll's bits (fan_out), for deliver.herald's message count; one message without.
-      def after_fan_out(answered, others, trace, taken: nil)
+      # The bookkeeping after the writes: unindex the answered polls, deliver to the other readers; the closes
+      # come later (release_later). taken: each answered poll's bits (fan_out), for deliver.herald's message
+      # count; one message without.
+      def after_fan_out(answered, others, trace, started, taken: nil)
+        took = now - started
         trace&.written(answered.size)
         if Instrumentation.listening?(Connection::DELIVER)
           answered.each { |conn| conn.delivered(taken ? taken[conn].to_s(2).count("1") : 1) }
@@ -245,10 +326,10 @@ module Herald
         answered.each do |conn|
           remove(conn)
           settle(conn)
+          conn.unwatch if conn.closed?
         end
         others&.each { |conn, msgs| deliver(conn, msgs) }
-        release_closed
-        trace&.done
+        release_later(took, trace)
       end
 
       # Whether a message needs each reader's permission checked: targeted, or client message filters set.
@@ -360,7 +441,7 @@ module Herald
           @selector.select(0.05) { |monitor| io_ready(monitor) }
         end
         @writing.each_key(&:drop)
-        release_closed
+        release_closed(force: true)
         @selector.close
       end
 

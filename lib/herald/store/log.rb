@@ -82,7 +82,10 @@ module Herald
             m
           end
         end
+        # Other processes first: waking this process's event loop first let it take the GVL before the
+        # pokes went out (reading the wakeup directory releases it), and hold it for its whole fan-out.
         @wakeup.notify
+        @watchers.call
         let_others_run
         msg
       end
@@ -114,6 +117,17 @@ module Herald
         end
       end
 
+      # The block runs whenever this store's last global id moves: on the appending thread after each append,
+      # and on the thread that read other processes' records (Store::Watchers). => a Watch (#cancel); its #io,
+      # when not nil, is a socket other processes' appends poke: select on it and call Watch#readable when it
+      # is readable, and their records are read in on that thread (no listener thread in between).
+      def watch(&block)
+        reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
+        socket = @wakeup&.watch_socket
+        return @watchers.add(block) unless socket
+        @watchers.add(block, io: socket.io, on_readable: -> { read_poked(socket) }, on_cancel: -> { socket.close })
+      end
+
       def close
         @lock.synchronize do
           return if @closed
@@ -133,6 +147,13 @@ module Herald
       def closed? = @closed
 
       private
+
+      # A watcher's socket was poked: another process appended. Its records are read here, on the watcher's
+      # thread (the listener thread, poked as well, finds nothing left to read).
+      def read_poked(socket)
+        socket.drain
+        refresh
+      end
 
       def reading
         reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)

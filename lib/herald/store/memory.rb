@@ -22,6 +22,7 @@ module Herald
         @leases = {}
         @retained = 0 # messages still in some channel's backlog
         @closed = false
+        @watchers = Watchers.new
       end
 
       # ages: nil while the channel kept one max_age; else [[first message id, max_age], ...] ascending, so
@@ -31,7 +32,7 @@ module Herald
       def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
-        @lock.synchronize do
+        msg = @lock.synchronize do
           raise ClosedError, "store is closed" if @closed
           ch = channel_for(Store.channel_key(channel, site_id))
           ch.max_size = max_backlog_size if max_backlog_size
@@ -46,6 +47,8 @@ module Herald
           @appended.broadcast
           msg
         end
+        @watchers.call
+        msg
       end
 
       def last_id(channel, site_id: nil)
@@ -93,6 +96,9 @@ module Herald
           @global_id
         end
       end
+
+      # The block runs on the appending thread after every append (Store::Watchers): => a Watch (#cancel).
+      def watch(&block) = @watchers.add(block)
 
       def load_cursor(name) = @lock.synchronize { @cursors.fetch(name, 0) }
 

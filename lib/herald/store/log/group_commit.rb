@@ -150,6 +150,7 @@ module Herald
             writable!
             locked { write_batch(batch) }
           end
+          @watchers.call # readers see the records now, as the lock is released (before the sync, as waiters)
           started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
           @syncer.sync_now(segment)
           @sync_took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started

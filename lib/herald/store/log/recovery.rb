@@ -13,6 +13,7 @@ module Herald
           @lock = Monitor.new
           @appended = @lock.new_cond
           @closed = false
+          @watchers ||= Watchers.new # kept by a reopen after a fork (a watcher of the parent's is skipped: its pid)
           @names = {}
           @appends = 0 # counts appends between offers of the GVL (Log#let_others_run)
           @buffer = String.new(capacity: 4096, encoding: Encoding::BINARY)
@@ -166,7 +167,9 @@ module Herald
               next # deleted since the listing: retention retired it (a writer deletes only what nobody retains)
             end
           end
-          @appended.broadcast if @index.last_global_id > before
+          return unless @index.last_global_id > before
+          @appended.broadcast
+          @watchers.call
         end
 
         # Called by the Wakeup listener when another process appended (or every poll interval).

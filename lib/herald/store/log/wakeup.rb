@@ -18,6 +18,7 @@ module Herald
         PEERS_TTL = 0.25 # how long the list of peer sockets is trusted before the directory is read again
         POKE = "."
         LEASE = "L"
+        WATCH = "w.sock" # how a watcher's marker ends (#watch_socket): poked by appends, never asked for leases
         @count = 0
         class << self
           attr_accessor :count
@@ -31,7 +32,7 @@ module Herald
           own = except&.name
           Socket.new(:UNIX, :DGRAM).then do |sender|
             Dir.children(dir).each do |name|
-              next if name == own || !name.end_with?(".sock")
+              next if name == own || !name.end_with?(".sock") || name.end_with?(WATCH)
               sender.sendmsg_nonblock(LEASE, 0, Socket.sockaddr_un(prefix + name), exception: false)
             rescue SystemCallError
               nil # a dead store's marker: its writer removes it
@@ -51,8 +52,10 @@ module Herald
           @on_lease_request = on_lease_request
           @on_tick = on_tick # after every wait; returns how long the next wait may be (nil: POLL)
           Wakeup.count += 1
-          @name = "#{Process.pid}-#{Wakeup.count}.sock"
+          @own = "#{Process.pid}-#{Wakeup.count}"
+          @name = "#{@own}.sock"
           @socket = bind
+          @watch_sockets = []
           @sender = Socket.new(:UNIX, :DGRAM)
           @peers = []
           @peers_at = -PEERS_TTL
@@ -82,12 +85,54 @@ module Herald
           nil # closed: a closing store takes the lock for its last write, with no listener left
         end
 
+        # A socket of a watcher's own (Store::Watchers, Log#watch), with its marker: other processes' appends
+        # poke it as they poke the listener, so an event loop that selects on it learns of their records
+        # without waiting for the listener thread to wake up and wake it in turn. nil when no marker can be
+        # written (the listener polls then, and the watcher hears of the records through it).
+        def watch_socket
+          return nil unless @socket
+          name = "#{@own}-#{@watch_sockets.size + 1}#{WATCH}"
+          sock = Socket.new(:UNIX, :DGRAM)
+          sock.bind(address(name))
+          File.write(File.join(@dir, name), "")
+          WatchSocket.new(sock, File.join(@dir, name)).tap { |w| @watch_sockets << w }
+        rescue SystemCallError
+          sock&.close
+          nil
+        end
+
+        # One watcher's socket: #io to select on, #drain once it is readable, #close when done.
+        class WatchSocket
+          attr_reader :io
+
+          def initialize(io, marker)
+            @io = io
+            @marker = marker
+          end
+
+          # Reads every poke waiting (one read of the log serves them all).
+          def drain
+            nil while @io.recv_nonblock(64, exception: false).is_a?(String)
+          rescue IOError, SystemCallError
+            nil
+          end
+
+          def close
+            return if @io.closed?
+            @io.close
+            File.unlink(@marker)
+          rescue SystemCallError, IOError
+            nil
+          end
+        end
+
         # True while this process listens (asked-for leases are heard): false without a socket, and in a
         # forked child holding its parent's Wakeup (the thread did not survive the fork).
         def listening? = !@socket.nil? && @thread.alive?
 
         def close
           @thread.kill
+          @watch_sockets.each(&:close)
           @socket&.close
           @sender.close
           File.unlink(File.join(@dir, @name)) if @socket
@@ -143,8 +188,9 @@ module Herald
           return if now - @peers_at < PEERS_TTL
           @peers_at = now
           return @peers = [] unless @prefix
+          own = "#{@own}-" # this store's watchers: woken by Log#append itself (Store::Watchers)
           @peers = Dir.children(@dir).filter_map do |name|
-            next if name == @name || !name.end_with?(".sock")
+            next if name == @name || !name.end_with?(".sock") || name.start_with?(own)
             [name, address(name)]
           end
         rescue SystemCallError
