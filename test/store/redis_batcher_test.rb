@@ -70,4 +70,29 @@ class RedisBatcherTest < Minitest::Test
     assert_equal %w[w0 w1 w2], waiting.map { |t| Timeout.timeout(5) { t.value } }
     assert_equal "after", Timeout.timeout(5) { b.call("after") }
   end
+
+  # Interrupted while queued (Thread#kill, Timeout): the caller was told the publish did not happen, so
+  # its request is not sent; the others are. (It was the queue's head: the call's end woke it to lead, it
+  # was dead, and the publisher behind it waited forever.)
+  def test_a_caller_interrupted_while_queued_is_not_sent_and_leaves_nobody_waiting
+    entered = Queue.new
+    sent = []
+    b = Batcher.new do |requests|
+      sent.concat(requests)
+      entered << true
+      sleep 0.2 if requests == ["slow"]
+      requests
+    end
+    slow = Thread.new { b.call("slow") }
+    entered.pop
+    queued = Thread.new { b.call("interrupted ☃") }
+    sleep 0.02
+    other = Thread.new { b.call("kept") }
+    sleep 0.03
+    queued.kill
+    queued.join
+    assert_equal "slow", Timeout.timeout(5) { slow.value }
+    assert_equal "kept", Timeout.timeout(5) { other.value }
+    assert_equal %w[slow kept], sent
+  end
 end

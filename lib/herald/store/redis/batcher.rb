@@ -43,6 +43,7 @@ module Herald
               (!@running && !@queue.empty?) ? lead : pending.cond.wait(@mutex)
             end
           ensure
+            leave(pending) unless pending.done # killed or interrupted while queued (Thread#kill, Timeout)
             @mutex.unlock
           end
           raise pending.error if pending.error
@@ -86,6 +87,13 @@ module Herald
             @running = false
             @queue.first&.cond&.signal
           end
+        end
+
+        # Interrupted while queued: the caller was told the publish did not happen, so its request is not
+        # sent. It may be the head, woken to lead (a wake-up nobody else would get): the next one is.
+        def leave(pending)
+          @queue.delete(pending)
+          @queue.first&.cond&.signal unless @running
         end
 
         # Takes the batch (with @mutex held), after letting the publishers of the last one queue again.
