@@ -11,7 +11,8 @@ module Herald
       module GroupCommit
         # Each waiting appender sleeps on its own condition variable: a finished batch wakes its own
         # appenders, not every thread in the queue (a broadcast woke them all, to find most not done).
-        Pending = Struct.new(:request, :message, :error, :done, :cond)
+        # key and retention: the record's index key and the retention it carries, set while it is staged.
+        Pending = Struct.new(:request, :message, :error, :done, :cond, :key, :retention)
         GATHER = 0.0005
         INTERRUPTED = StoreError.new("the thread writing this record's batch failed: the record may or may not be stored")
         DEFER_INTERRUPTS = {Object => :never}.freeze
@@ -28,11 +29,15 @@ module Herald
           @committing = false
           @staged = 0
           @batch_buffer = String.new(capacity: 64 * 1024, encoding: Encoding::BINARY)
+          @batch_counts = Hash.new(0) # records of each channel staged so far in the batch being written
         end
 
         # request: [channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age]
         def commit_grouped(request)
-          pending = Pending.new(request, nil, nil, false, ConditionVariable.new)
+          # One condition variable per thread, kept: a thread waits for one record at a time. A stale signal
+          # (the chain reaching a record whose thread had left, see pass_on) can only wake it spuriously.
+          cond = (Thread.current[:herald_commit_cond] ||= ConditionVariable.new)
+          pending = Pending.new(request, nil, nil, false, cond)
           @commit_mutex.synchronize do
             @commit_queue << pending
             until pending.done
@@ -166,22 +171,21 @@ module Herald
           prepare_append
           reserve(@index.last_global_id + batch.size)
           @batch_buffer.clear
-          counts = Hash.new(0)
-          staged = batch.map do |p|
+          counts = @batch_counts.clear
+          batch.each do |p|
             channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age = p.request
-            key = site_id ? Store.channel_key(channel, site_id) : channel
+            key = p.key = site_id ? Store.channel_key(channel, site_id) : channel
             ch = @index.channel(key)
-            retention = retention_for(ch, max_size, max_age)
+            retention = p.retention = retention_for(ch, max_size, max_age)
             p.message = stage(@buffer, ch, counts[key], retention, channel, payload, codec, created_at,
               user_ids, group_ids, client_ids, site_id)
             counts[key] += 1
             @staged += 1
             @batch_buffer << @buffer
-            [p.message, key, retention]
           end
           storing { @segments.last.write(@batch_buffer) }
           @syncer.written
-          staged.each { |msg, key, retention| @index.add(msg, key, retention) }
+          batch.each { |p| @index.add(p.message, p.key, p.retention) }
           @appended.broadcast
           @segments.last
         ensure
