@@ -25,8 +25,9 @@
 #   BENCH_HERALD_FRONTS=puma,herald (default both: the middleware on Puma, how an app embeds Herald, and
 #   `herald server`'s own front end, the default server). BENCH_CLIENT=ruby|c (default c).
 #   BENCH_OLD_ROOT=/tmp/old adds, after each Herald row, the same row served by another tree's lib (made with
-#   `git archive main lib test/support bench/support | tar -x -C /tmp/old`), alternating with the others in
-#   the same rounds: an A/B comparison that the machine's drifting load hits alike.
+#   `git archive main lib test/support | tar -x -C /tmp/old`, then this tree's bench/support copied in for the
+#   same trace), alternating with the others in the same rounds: an A/B comparison that the machine's drifting
+#   load hits alike. Several trees: comma-separated.
 require_relative "harness"
 require_relative "support/http_servers"
 require_relative "support/fan_out_trace"
@@ -41,7 +42,7 @@ FRONTS = ENV.fetch("BENCH_HERALD_FRONTS", "puma,herald").split(",")
 
 Process.setrlimit(:NOFILE, Process.getrlimit(:NOFILE)[1]) # the servers inherit it (SpawnedServer)
 
-OLD_ROOT = ENV["BENCH_OLD_ROOT"]&.then { |root| File.expand_path(root) }
+OLD_ROOTS = ENV.fetch("BENCH_OLD_ROOT", "").split(",").map { |root| File.expand_path(root) }
 FRONT_NAMES = {"puma" => "Herald middleware on Puma", "herald" => "herald server"}.freeze
 IMPLS = Bench::IMPLS.flat_map do |name, impl|
   next [[name, impl]] unless impl == "herald"
@@ -49,8 +50,7 @@ IMPLS = Bench::IMPLS.flat_map do |name, impl|
     label = FRONT_NAMES.fetch(front) + ((n == 1) ? "" : ", #{n} worker processes")
     args = ["--trace", "--front", front, *(["--workers", n.to_s] if n > 1)]
     rows = [[label, [impl, args]]]
-    rows << ["#{label} (#{File.basename(OLD_ROOT)})", [impl, args, OLD_ROOT]] if OLD_ROOT
-    rows
+    rows + OLD_ROOTS.map { |root| ["#{label} (#{File.basename(root)})", [impl, args, root]] }
   end
 end.to_h
 
@@ -68,7 +68,8 @@ end
 CLIENT = client_command
 CLIENT_NAME = (CLIENT.first == RbConfig.ruby) ? "Ruby (nio4r)" : "C (epoll)"
 
-Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects, :process_cpu_us, :client_cpu_us, :client_wait_cpu_us, :starts_ms)
+Round = Struct.new(:client_ms, :missed, :server_ms, :last_write_ms, :cpu_us, :objects, :process_cpu_us, :client_cpu_us, :client_wait_cpu_us, :starts_ms,
+  :loop_runq_ms, :client_runq_ms, :gcs)
 
 # CPU seconds of the server and its worker processes (a worker row's parent only forks and waits).
 def server_cpu(pid)
@@ -86,15 +87,18 @@ def measure_round(server, clients, traced:)
   client_before = Process.times.then { |t| t.cutime + t.cstime }
   lines = IO.popen({"LATENCY_STATS" => "1"}, command, &:readlines).map { |line| JSON.parse(line) }
   stats = lines.last.is_a?(Hash) ? lines.pop : {}
-  process_cpu = server_cpu(server.pid) - cpu_before
   client_cpu = Process.times.then { |t| t.cutime + t.cstime } - client_before
   raise "client process failed" unless $?.success? && lines.size == 1
   samples = lines.flatten
   round = Round.new(samples.compact.map { |s| s * 1000 }, samples.count(&:nil?) + (clients - samples.size))
-  round.process_cpu_us = process_cpu * 1e6 / clients
   round.client_cpu_us = client_cpu * 1e6 / clients
   round.client_wait_cpu_us = stats["wait_cpu"] && stats["wait_cpu"] * 1e6 / clients
-  server_side(round, round_traces(server.dir, clients, traced: traced))
+  round.client_runq_ms = stats["runq"] * 1000 if stats["runq"]&.>=(0)
+  # The server's CPU once its loops wrote their records, which they do after closing the round's sockets
+  # (later than the client's last read, Reactor::CLOSE_DELAY): so the closes count in the round's CPU.
+  traces = round_traces(server.dir, clients, traced: traced)
+  round.process_cpu_us = (server_cpu(server.pid) - cpu_before) * 1e6 / clients
+  server_side(round, traces)
   round
 end
 
@@ -119,6 +123,11 @@ def server_side(round, traces)
   # When each process's loop began its fan-out, after the stamp: the publishing one, then the others (woken
   # through the log's cross-process wakeup).
   round.starts_ms = records.map { |r| (r["started"] - r["st"]) * 1000 }.minmax
+  # Time the event loops spent runnable but without a CPU from their start to their last write (the worst
+  # process), and the GCs that ran in them meanwhile: what the machine, not Herald's code, adds to a round.
+  waits = records.filter_map { |r| r["waited"][1] - r["waited"][0] if r["waited"]&.first(2)&.all? }
+  round.loop_runq_ms = waits.max * 1000 unless waits.empty?
+  round.gcs = records.sum { |r| r["gcs"] ? r["gcs"][1] - r["gcs"][0] : 0 }
   answered = records.sum { |r| r["answered"] }
   return if answered.zero?
   # Per answered client, over every process: CPU of the event loop thread (write loop + bookkeeping), objects.
@@ -126,9 +135,11 @@ def server_side(round, traces)
   round.objects = records.sum { |r| r["objects"].last - r["objects"].first }.fdiv(answered)
   return unless ENV["BENCH_DEBUG"]
   records.each do |r|
-    warn format("pid %d: %d answered; stamp->start %.1f ms, writes %.1f ms, bookkeeping+closes %.1f ms; cpu writes %.1f ms, after %.1f ms",
+    warn format("pid %d: %d answered; stamp->start %.1f ms, writes %.1f ms, bookkeeping+closes %.1f ms; cpu writes %.1f ms, after %.1f ms; " \
+      "waited for a CPU during writes %.1f ms; client waited %.1f ms",
       r["pid"], r["answered"], (r["started"] - r["st"]) * 1000, (r["last_write"] - r["started"]) * 1000,
-      (r["done"] - r["last_write"]) * 1000, (r["cpu"][1] - r["cpu"][0]) * 1000, (r["cpu"][2] - r["cpu"][1]) * 1000)
+      (r["done"] - r["last_write"]) * 1000, (r["cpu"][1] - r["cpu"][0]) * 1000, (r["cpu"][2] - r["cpu"][1]) * 1000,
+      ((r.dig("waited", 1) || 0) - (r.dig("waited", 0) || 0)) * 1000, round.client_runq_ms || -1)
   end
 end
 
@@ -165,21 +176,27 @@ COUNTS.each do |clients|
        "closes), which do not depend on the machine's load; server CPU: the whole server's (every process, /proc) over the " \
        "round per client, accepting and parking its poll as well as answering it, for message_bus too (10 ms ticks); client CPU: " \
        "the client process's per client, over the round (connecting and sending the poll too) and from the publish to the last reply " \
-       "(reading; the C client only). Load average #{load_before} before, #{load_after} after " \
+       "(reading; the C client only). Waited for a CPU: how long, from the fan-out's start to its last write, the event " \
+       "loop (the slowest process) was runnable with no CPU free, and how long the client was, from the publish to its last " \
+       "reply (the kernel's schedstat; median, max over rounds): time the machine's other work took, not Herald's code; " \
+       "GCs: garbage collections in the loops over those spans, every round. Load average #{load_before} before, #{load_after} after " \
        "(2 cores shared with other work). #{Bench.store_note}", ""
   puts "| | client p50 | client p99 | per-round p99 (min-max) | max | p99 vs #{base_name} | server p50 | server p99 | " \
-       "last write (median, max) | fan-out start (first, last process) | CPU/client | objects/client | server CPU/client | client CPU/client (round, reading) | missed |",
-    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+       "last write (median, max) | fan-out start (first, last process) | CPU/client | objects/client | server CPU/client | client CPU/client (round, reading) | waited for a CPU: loop, client (median, max) | GCs | missed |",
+    "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   rows.each do |name, list|
     ms = list.flat_map(&:client_ms).sort
     missed = list.sum(&:missed)
-    next puts "| #{name} | - | - | - | - | - | - | - | - | - | - | - | - | - | #{missed} |" if ms.empty?
+    next puts "| #{name} | - | - | - | - | - | - | - | - | - | - | - | - | - | - | - | #{missed} |" if ms.empty?
     p99s = list.map { |r| Bench.percentile(r.client_ms.sort, 0.99) }.compact
     server = list.flat_map { |r| r.server_ms || [] }.sort
     last = list.map(&:last_write_ms).compact
     starts = list.map(&:starts_ms).compact
     cpu = list.map(&:cpu_us).compact
     objects = list.map(&:objects).compact
+    loop_waits = list.map(&:loop_runq_ms).compact
+    client_waits = list.map(&:client_runq_ms).compact
+    waits = [loop_waits, client_waits].map { |l| l.empty? ? "-" : "#{fmt(Bench.median(l))}, #{fmt(l.max)}" }.join("; ")
     p99 = Bench.percentile(ms, 0.99)
     puts "| #{name} | #{fmt(Bench.percentile(ms, 0.5))} ms | #{fmt(p99)} ms | #{fmt(p99s.min)}-#{fmt(p99s.max)} ms | " \
          "#{fmt(ms.last)} ms | #{format("%.2fx", p99 / base_p99)} | " \
@@ -188,7 +205,8 @@ COUNTS.each do |clients|
          "#{last.empty? ? "-" : "#{fmt(Bench.median(last))}, #{fmt(last.max)} ms"} | " \
          "#{starts.empty? ? "-" : "#{fmt(Bench.median(starts.map(&:first)), 2)}, #{fmt(Bench.median(starts.map(&:last)), 2)} ms"} | " \
          "#{cpu.empty? ? "-" : "#{fmt(Bench.median(cpu))} us"} | #{objects.empty? ? "-" : fmt(Bench.median(objects), 2)} | " \
-         "#{fmt(Bench.median(list.map(&:process_cpu_us)), 0)} us | #{fmt(Bench.median(list.map(&:client_cpu_us)), 0)}, #{fmt(Bench.median(list.filter_map(&:client_wait_cpu_us).then { |l| l.empty? ? [nil] : l }))} us | #{missed} |"
+         "#{fmt(Bench.median(list.map(&:process_cpu_us)), 0)} us | #{fmt(Bench.median(list.map(&:client_cpu_us)), 0)}, #{fmt(Bench.median(list.filter_map(&:client_wait_cpu_us).then { |l| l.empty? ? [nil] : l }))} us | " \
+         "#{waits} ms | #{loop_waits.empty? ? "-" : list.sum { |r| r.gcs || 0 }} | #{missed} |"
   end
   puts
   targets = (clients == 1000) ? "server p99 <= 15 ms, client p99 <= 25 ms" : "client p99 <= 150 ms"

@@ -15,7 +15,8 @@
  * server closed the socket); its arrival is stamped with
  * CLOCK_REALTIME right after the read that completed it. Latency = arrival - the "t" found in the reply
  * (null when the reply did not carry the message). Prints one JSON array of latencies in seconds per round;
- * with LATENCY_STATS=1, then a line {"wait_cpu": s}: the client's CPU from the publish to the last reply.
+ * with LATENCY_STATS=1, then a line {"wait_cpu": s, "runq": s}: the client's CPU from the publish to the last reply,
+ * and how long it waited for a CPU while runnable meanwhile (/proc/self/schedstat: the machine's other work).
  * Nothing is parsed or closed until every client has its reply (or 20 s passed).
  */
 #define _GNU_SOURCE
@@ -52,6 +53,15 @@ static double now_real(void) {
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+/* Seconds this (single-threaded) process has spent runnable but not running; -1 when unknown. */
+static double runq_now(void) {
+  FILE *f = fopen("/proc/self/schedstat", "r");
+  unsigned long long run = 0, wait = 0;
+  int got = f ? fscanf(f, "%llu %llu", &run, &wait) : 0;
+  if (f) fclose(f);
+  return got == 2 ? wait / 1e9 : -1;
 }
 
 static double cpu_now(void) {
@@ -232,6 +242,7 @@ static long round_trip(int port, int clients, long last_id) {
   double park = clients / 2000.0;
   usleep((useconds_t)((park > 1.5 ? park : 1.5) * 1e6)); /* let every poll reach the server and park */
 
+  double runq_start = runq_now();
   double cpu_start = cpu_now();
   int publisher = send_publish(port, now_real());
   int done = 0;
@@ -255,6 +266,7 @@ static long round_trip(int port, int clients, long last_id) {
     }
   }
   double wait_cpu = cpu_now() - cpu_start;
+  double runq = runq_now() - runq_start;
   long published = read_reply_id(publisher);
   close(publisher);
 
@@ -269,7 +281,7 @@ static long round_trip(int port, int clients, long last_id) {
     if (c->owned) free(c->buf);
   }
   printf("]\n");
-  if (getenv("LATENCY_STATS")) printf("{\"wait_cpu\":%.6f}\n", wait_cpu);
+  if (getenv("LATENCY_STATS")) printf("{\"wait_cpu\":%.6f,\"runq\":%.6f}\n", wait_cpu, runq_start < 0 ? -1.0 : runq);
   fflush(stdout);
   if (getenv("LATENCY_DEBUG")) debug(conns, clients);
   close(ep);

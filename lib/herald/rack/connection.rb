@@ -29,6 +29,9 @@ module Herald
       # Whether the fan-out may hand this client a message's shared reply bytes (SocketConnection).
       def shared_reply? = false
 
+      # Stops the event loop's watching before the (deferred) close: nothing to watch here.
+      def unwatch = nil
+
       # The first bytes: headers and backlog for streams (`[]` when there is none: the JS client gives up
       # on streaming if nothing arrives within 3 s). A long poll with nothing to say writes nothing yet.
       def start(msgs, status)

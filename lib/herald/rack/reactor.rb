@@ -18,6 +18,11 @@ module Herald
     # deadlines) are a list sorted by deadline. An error with one client drops that client, never the loop.
     class Reactor
       TICK = 0.25 # longest select: how often deadlines and stalled writers are checked at the latest
+      # A fan-out's sockets are closed once about as long again as its writes took has passed, at most this
+      # long after: closing costs the kernel about what writing did, and meanwhile the other worker processes'
+      # loops are still writing their replies and the clients reading them, on the same cores. Nobody waits
+      # for these closes: every reply carries its length (or its last chunk), and the work is the same, later.
+      CLOSE_DELAY = 0.05
 
       attr_reader :bus
       # For benchmarks: an object whose #start(msg) returns nil or a per-fan-out recorder (#wrote after
@@ -37,6 +42,8 @@ module Herald
         @timers = [] # Connections by deadline, oldest first
         @writing = {}.compare_by_identity # SocketConnections with bytes the kernel has not taken yet
         @released = [] # closed SocketConnections whose sockets are closed after the current fan-out
+        @release_at = nil # when the sockets of the last fan-outs are to be closed (CLOSE_DELAY)
+        @release_traces = [] # their trace recorders, done once the sockets are closed
         @cursor = bus.store.last_global_id # the last global id fanned out
         @closed = false
         @trace = nil
@@ -123,14 +130,18 @@ module Herald
       end
 
       def select_timeout
-        first = @timers.first or return TICK
-        (first.deadline - now).clamp(0, TICK)
+        first = @timers.first&.deadline
+        first = @release_at if @release_at && (first.nil? || @release_at < first)
+        return TICK unless first
+        (first - now).clamp(0, TICK)
       end
 
       def io_ready(monitor)
         conn = monitor.value
         return poked if conn.equal?(@watch)
-        return if conn.closed?
+        # Answered, its socket not closed yet (CLOSE_DELAY), and the client hung up: epoll would report it on
+        # every turn until then.
+        return monitor.close if conn.closed?
         if monitor.writable? && conn.flush
           @writing.delete(conn)
           monitor.interests = :r unless conn.closed?
@@ -211,10 +222,23 @@ module Herald
         nil
       end
 
-      def release_closed
-        return if @released.empty?
+      # Closes the sockets of closed connections, unless a fan-out's are still waiting for their turn (then
+      # these wait with them). force: now (shutdown).
+      def release_closed(force: false)
+        return if @release_at && !force && now < @release_at
+        @release_at = nil
         @released.each(&:release)
         @released.clear
+        return if @release_traces.empty?
+        @release_traces.each(&:done)
+        @release_traces.clear
+      end
+
+      # After a fan-out whose writes took `took` seconds (see CLOSE_DELAY). A later fan-out never postpones
+      # the closes an earlier one set.
+      def release_later(took, trace)
+        @release_traces << trace if trace
+        @release_at ||= now + took.clamp(0, CLOSE_DELAY)
       end
 
       def want_write(conn)
@@ -243,6 +267,7 @@ module Herald
       # several, each reader's messages are gathered first (a long poll answers with all of them at once).
       def fan_out(batch)
         return fan_out_one(batch.first) if batch.size == 1
+        started = now
         trace = @trace&.start(batch.last)
         polls = {}.compare_by_identity # shared-reply poll => bit i set for each batch[i] it takes
         others = nil # other readers => their messages
@@ -264,12 +289,13 @@ module Herald
           conn.write_reply((replies[conn.extra_headers] ||= {})[bits] ||= poll_reply(batch, bits, conn.extra_headers))
           trace&.wrote
         end
-        after_fan_out(polls.keys, others, trace, taken: polls)
+        after_fan_out(polls.keys, others, trace, started, taken: polls)
       end
 
       def fan_out_one(msg)
         @cursor = msg.global_id if msg.global_id > @cursor
         readers = @index[Client.key(msg.channel, msg.site_id)] or return
+        started = now
         trace = @trace&.start(msg)
         check = checked?(msg)
         replies = {} # extra header lines => the shared reply bytes
@@ -285,12 +311,14 @@ module Herald
             ((others ||= {}.compare_by_identity)[conn] = [msg])
           end
         end
-        after_fan_out(answered, others, trace)
+        after_fan_out(answered, others, trace, started)
       end
 
-      # The bookkeeping after the writes: unindex the answered polls, deliver to the other readers, close.
-      # taken: each answered poll's bits (fan_out), for deliver.herald's message count; one message without.
-      def after_fan_out(answered, others, trace, taken: nil)
+      # The bookkeeping after the writes: unindex the answered polls, deliver to the other readers; the closes
+      # come later (release_later). taken: each answered poll's bits (fan_out), for deliver.herald's message
+      # count; one message without.
+      def after_fan_out(answered, others, trace, started, taken: nil)
+        took = now - started
         trace&.written(answered.size)
         if Instrumentation.listening?(Connection::DELIVER)
           answered.each { |conn| conn.delivered(taken ? taken[conn].to_s(2).count("1") : 1) }
@@ -298,10 +326,10 @@ module Herald
         answered.each do |conn|
           remove(conn)
           settle(conn)
+          conn.unwatch if conn.closed?
         end
         others&.each { |conn, msgs| deliver(conn, msgs) }
-        release_closed
-        trace&.done
+        release_later(took, trace)
       end
 
       # Whether a message needs each reader's permission checked: targeted, or client message filters set.
@@ -413,7 +441,7 @@ module Herald
           @selector.select(0.05) { |monitor| io_ready(monitor) }
         end
         @writing.each_key(&:drop)
-        release_closed
+        release_closed(force: true)
         @selector.close
       end
 

@@ -86,6 +86,10 @@ module Herald
         @on_close = block
       end
 
+      # The event loop stops watching the socket (it is closed later: Reactor::CLOSE_DELAY); a client hanging
+      # up meanwhile is then not reported on every turn.
+      def unwatch = @monitor&.close
+
       def release
         @monitor&.close
         @io.close
