@@ -43,6 +43,7 @@ module Herald
         WAIT_WARN = 1.0
         CONTENDED = 0.05 # for this long after another writer was seen, a waiter relies on WAITERS (no datagram)
         LOOK_EVERY = 0.0005 # how often a lease holder past MIN_HOLD looks for blocked writers (WAITERS)
+        LOOK_QUIET = 0.01 # the same while no other writer was seen for CONTENDED
         IDLE_CONTENDED = 0.005 # a lease unused this long is dropped while others write
         WATCH = 0.1 # how often a blocked writer is looked at (start_watchdog)
         WATCHDOG_IDLE = 100 # WATCH periods without a blocked writer before the watchdog thread stops
@@ -82,12 +83,16 @@ module Herald
 
         def contended? = now - @contended_at < CONTENDED
 
-        # Keeps the lease, and hands it over to a blocked writer once held MIN_HOLD (looking every LOOK_EVERY).
+        # Keeps the lease, and hands it over to a blocked writer once held MIN_HOLD: it looks every LOOK_EVERY
+        # while others write, else every LOOK_QUIET. (File#flock lets other threads of this process have the
+        # GVL, so a look costs a thread switch when several publish; a waiter that saw no contention asks
+        # with a datagram besides.)
         def after_append
           return unless @leased # (the wait for it failed)
           return drop_lease unless @wakeup&.listening?
           @used_at = now
-          look_for_waiters if @used_at - @leased_at >= MIN_HOLD && @used_at - @looked_at >= LOOK_EVERY
+          return if @used_at - @leased_at < MIN_HOLD
+          look_for_waiters if @used_at - @looked_at >= (contended? ? LOOK_EVERY : LOOK_QUIET)
         end
 
         # A lease holder publishing in a loop hears askers only between its appends, when its listener gets
