@@ -109,26 +109,52 @@ class RedisBatcherTest < Minitest::Test
     assert_equal "enola", Timeout.timeout(5) { b.call("alone") }
   end
 
-  # Killed while its batch's call runs: the publishers after it in the chain are still woken.
-  def test_a_publisher_killed_mid_call_does_not_strand_the_rest
+  # Four publishers sharing a call that blocks until released; returns the batcher, their threads by
+  # request and the thread making the call.
+  def shared_call_in_flight
     entered = Queue.new
     release = Queue.new
     b = Batcher.new do |requests|
-      entered << requests
+      entered << [requests, Thread.current]
       release.pop
       requests.map(&:upcase)
     end
     first = Thread.new { b.call("a") } # alone: the others queue behind it and share the next call
     entered.pop
-    threads = %w[b c d e].map { |r| Thread.new { b.call(r) } }
-    sleep 0.02
+    threads = %w[b c d e].to_h { |r| [r, Thread.new { b.call(r) rescue $! }] } # standard:disable Style/RescueModifier
+    sleep 0.05
     release << true
     assert_equal "A", Timeout.timeout(5) { first.value }
-    assert_equal 4, Timeout.timeout(5) { entered.pop }.size
-    threads[1].kill # "c", waiting for the shared call
-    threads[1].join
+    requests, leader = Timeout.timeout(5) { entered.pop }
+    assert_equal %w[b c d e], requests.sort
+    [b, threads, leader, release]
+  end
+
+  # Killed while its batch's call runs (not the one making it): the publishers after it in the chain are
+  # still woken, with their results.
+  def test_a_publisher_killed_mid_call_does_not_strand_the_rest
+    _, threads, leader, release = shared_call_in_flight
+    victim, thread = threads.find { |_, t| !t.equal?(leader) }
+    thread.kill
+    thread.join
     release << true
-    assert_equal %w[B D E], [0, 2, 3].map { |i| Timeout.timeout(5) { threads[i].value } }
+    threads.each { |r, t| assert_equal r.upcase, Timeout.timeout(5) { t.value } unless r == victim }
+  end
+
+  # Thread#kill runs no rescue clause, only ensure: the leader killed mid-call gives its batch a
+  # Herald::ConnectionError (the call may or may not have run), not nil. (They got nil.)
+  def test_the_thread_making_a_shared_call_killed_mid_call_gives_the_others_an_error
+    b, threads, leader, release = shared_call_in_flight
+    leader.kill
+    leader.join
+    threads.each_value do |t|
+      next if t.equal?(leader)
+      got = Timeout.timeout(5) { t.value }
+      assert_kind_of Herald::ConnectionError, got
+      assert_match(/may or may not have been stored/, got.message)
+    end
+    release << true
+    assert_equal "AFTER", Timeout.timeout(5) { b.call("after") }
   end
 
   # Hand-offs are what a shared call costs under the GVL. The leader wakes the first publisher of its

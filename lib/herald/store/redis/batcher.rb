@@ -130,13 +130,18 @@ module Herald
           own.led = batch.include?(own)
           started = now
           @mutex.unlock
+          answered = false
           begin
             results = @run.call(batch.map(&:request))
             batch.each_with_index { |p, i| p.result = results[i] }
+            answered = true
           rescue Exception => e # standard:disable Lint/RescueException
-            batch.each { |p| p.error = e } # a killed leader must not leave the others a nil result
+            batch.each { |p| p.error = e } # a leader interrupted by an exception must not leave the others a nil result
+            answered = true
             raise unless e.is_a?(StandardError)
           ensure
+            # Thread#kill unwinds through ensure only (no rescue runs): the call may or may not have run.
+            batch.each { |p| p.error = interrupted } unless answered
             @mutex.lock
             @took = now - started
             finish(batch, own)
@@ -158,6 +163,10 @@ module Herald
           @away += batch.size
           @running = false
           pass_baton
+        end
+
+        def interrupted
+          ConnectionError.new("the thread making this publish's script call (shared with other publishes) was killed mid-call: it may or may not have been stored")
         end
 
         def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
