@@ -1,8 +1,6 @@
 # frozen_string_literal: true
 
 require_relative "rack_helper"
-require "securerandom"
-require_relative "../support/servers"
 
 # The event loop reads the store itself, woken by the store (Store#watch), with no thread in between: before,
 # a message went publishing thread -> the bus's dispatcher thread -> the loop, and from another process
@@ -53,31 +51,7 @@ class ReactorWakeTest < Minitest::Test
     assert_races_lose_nothing(log_bus)
   end
 
-  # Reading a networked store is a round trip the loop must not wait for: its messages still come through
-  # the bus's dispatcher thread.
-  def test_a_redis_store_reaches_the_loop_through_the_bus
-    url = Herald::TestServers.require!(self, :redis)
-    assert_reaches_parked_poll(Herald::Bus.new(store: Herald::Store::Redis.new(url: url, namespace: "wake-#{SecureRandom.hex(4)}")))
-  end
-
-  def test_a_postgres_store_reaches_the_loop_through_the_bus
-    url = Herald::TestServers.require!(self, :postgres)
-    assert_reaches_parked_poll(Herald::Bus.new(store: Herald::Store::Postgres.new(url: url, table: "wake_#{SecureRandom.hex(4)}")))
-  end
-
   private
-
-  def assert_reaches_parked_poll(bus)
-    mw = middleware_on(bus)
-    socket = puma(mw).request({"/n" => bus.last_id("/n")}, headers: {"Dont-Chunk" => "t"})
-    parked(mw)
-    bus.publish("/n", "über 🎉 \u0000")
-    status, _, body = Herald::PumaServer.read(socket)
-    assert_equal [200, ["über 🎉 \u0000"]], [status, JSON.parse(body.force_encoding(Encoding::UTF_8)).map { |m| m["data"] }]
-    assert_includes Thread.list.filter_map(&:name), "herald-dispatcher"
-  ensure
-    bus.close
-  end
 
   def log_bus
     @dir = Dir.mktmpdir("herald-wake")
