@@ -42,9 +42,19 @@ WORKER = <<~RUBY
   $LOAD_PATH.unshift(lib) unless lib == "-"
   require "tmpdir"
   require "json"
+  require "fiddle"
   data = {"hello" => "world", "nums" => [1, 2, 3]}.freeze
+  # Context switches of the whole process, threads that ended included: getrusage(RUSAGE_SELF)'s
+  # ru_nvcsw and ru_nivcsw (Linux x86-64 layout: two timevals, then 14 longs).
+  getrusage = Fiddle::Function.new(Fiddle.dlopen(nil)["getrusage"], [Fiddle::TYPE_INT, Fiddle::TYPE_VOIDP], Fiddle::TYPE_INT)
+  rusage = ([0] * 18).pack("q*")
+  switches = -> {
+    getrusage.call(0, rusage)
+    rusage.unpack("q<q<", offset: 128)
+  }
   threaded = ->(threads, n, &b) { Array.new(threads) { Thread.new { (n / threads).times(&b) } }.each(&:join) }
   dir = Dir.mktmpdir("herald-ab")
+  STATS = Hash.new(0)
   cases = if lib == "-"
     require "message_bus"
     mb = MessageBus::Instance.new
@@ -55,6 +65,38 @@ WORKER = <<~RUBY
   else
     $VERBOSE = nil # the bundle's gemspec loaded this checkout's Herald::VERSION; another lib redefines it
     require "herald"
+    # Counted inside the store, where these methods exist (not in every OLD_LIB): fdatasync calls and
+    # the time in them, and for :always's group commit the staging and write of each batch and the gap
+    # between the end of a sync and the start of the next batch's write (the hand-offs and the gather).
+    log = Herald::Store::Log
+    count = ->(mod, name, key) {
+      return unless mod.method_defined?(name) || mod.private_method_defined?(name)
+      mod.prepend(Module.new do
+        define_method(name) do |*args|
+          t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          super(*args)
+        ensure
+          STATS[key] += Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
+          STATS[key.to_s + "_n"] += 1
+        end
+        private name if mod.private_method_defined?(name)
+      end)
+    }
+    count.call(log::Segment, :sync, "sync")
+    count.call(log, :write_batch, "write")
+    if log.private_method_defined?(:write_batch)
+      log::Segment.prepend(Module.new { define_method(:sync) { super().tap { STATS["synced_at"] = Process.clock_gettime(Process::CLOCK_MONOTONIC) } } })
+      log.prepend(Module.new do
+        define_method(:write_batch) do |batch|
+          if (synced_at = STATS["synced_at"]).is_a?(Float)
+            STATS["gap"] += Process.clock_gettime(Process::CLOCK_MONOTONIC) - synced_at
+            STATS["gap_n"] += 1
+          end
+          super(batch)
+        end
+        private :write_batch
+      end)
+    end
     interval = Herald::Bus.new(store: Herald::Store::Log.new(dir: File.join(dir, "i"), fsync: :interval))
     always = Herald::Bus.new(store: Herald::Store::Log.new(dir: File.join(dir, "a"), fsync: :always))
     {"interval1" => ->(n) { n.times { interval.publish("/test/channel", data) } },
@@ -69,13 +111,19 @@ WORKER = <<~RUBY
     run = cases.fetch(name)
     n = Integer(n)
     GC.start
+    STATS.clear
+    vcs, ics = switches.call
     objects = GC.stat(:total_allocated_objects)
     t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
     run.call(n)
     cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu
     t = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
-    puts JSON.generate([n / t, (GC.stat(:total_allocated_objects) - objects).fdiv(n), cpu * 1e6 / n])
+    vcs2, ics2 = switches.call
+    per = ->(key) { STATS[key + "_n"].zero? ? nil : STATS[key] * 1e6 / STATS[key + "_n"] }
+    puts JSON.generate([n / t, (GC.stat(:total_allocated_objects) - objects).fdiv(n), cpu * 1e6 / n,
+      STATS["sync_n"].fdiv(n), per.call("sync"), per.call("gap"), per.call("write"), STATS["write_n"].zero? ? nil : n.fdiv(STATS["write_n"]),
+      (vcs2 - vcs).fdiv(n), (ics2 - ics).fdiv(n)])
   end
 RUBY
 
@@ -119,11 +167,24 @@ rate = rows.to_h { |label, *| [label, median.call(samples[label].map(&:first))] 
 puts "### Log publish, this code vs OLD_LIB#{" (#{OLD_LIB})" if OLD_LIB} vs message_bus memory", ""
 puts "Each in its own process, rows round-robin, #{ROUNDS} rounds. Load average #{load_before} before, #{load_after} after (2 cores shared with other work).", ""
 puts "CPU us/op: the worker process's CPU time (every thread) per publish, median over rounds: less sensitive to load than the rate.", ""
-puts "| | median | spread (min-max) | CPU us/op | objects/op |", "|---|---:|---:|---:|---:|"
+puts "| | median | spread (min-max) | CPU us/op | objects/op | context switches/op (voluntary + involuntary) |", "|---|---:|---:|---:|---:|---:|"
 rows.each do |label, *|
   rates = samples[label].map(&:first)
-  puts format("| %s | %s ops/s | %s-%s | %.2f | %.1f |", label, rate[label].round.to_s, rates.min.round.to_s, rates.max.round.to_s,
-    median.call(samples[label].map { |x| x[2] }), median.call(samples[label].map { |x| x[1] }))
+  puts format("| %s | %s ops/s | %s-%s | %.2f | %.1f | %.2f + %.2f |", label, rate[label].round.to_s, rates.min.round.to_s, rates.max.round.to_s,
+    median.call(samples[label].map { |x| x[2] }), median.call(samples[label].map { |x| x[1] }),
+    median.call(samples[label].map { |x| x[8] }), median.call(samples[label].map { |x| x[9] }))
+end
+puts
+puts "fsync :always inside the store, medians over rounds (where OLD_LIB has the same methods): fdatasync calls per publish, records " \
+  "per batch, and per batch the time in fdatasync, from the end of the last sync to this batch's write (the hand-offs and the gather), " \
+  "and in its staging and write (wall clock, us).", ""
+puts "| | fdatasync/publish | records/batch | sync us | sync to next write us | staging+write us |", "|---|---:|---:|---:|---:|---:|"
+show = ->(v) { v ? format("%.1f", v) : "-" }
+rows.each do |label, _, name|
+  next unless name.start_with?("always")
+  col = ->(i) { (v = samples[label].map { |x| x[i] }.compact).empty? ? nil : median.call(v) }
+  puts format("| %s | %.3f | %s | %s | %s | %s |", label, col.call(3), show.call(col.call(7) || (1 / col.call(3) if col.call(3)&.positive?)),
+    show.call(col.call(4)), show.call(col.call(5)), show.call(col.call(6)))
 end
 puts
 ratio = ->(a, b) { format("%.2fx", rate.fetch(a) / rate.fetch(b)) }

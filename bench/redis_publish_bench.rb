@@ -1,50 +1,98 @@
 # frozen_string_literal: true
 
 # Where a Redis publish's time goes, Herald beside message_bus 4.5.1 on the same (own, spawned)
-# redis-server, one and 4 threads, rows interleaved round by round. Besides the rate, figures that hold on
-# a loaded machine: the client's CPU per publish (whole process), the server's CPU per publish (INFO cpu),
-# script calls and Redis commands per publish (INFO commandstats; commands run inside a script count),
-# the script's own time per call (usec_per_call), context switches per publish, objects per publish and,
-# for Herald, how many records each script call carried (its Batcher's group sizes).
+# redis-server, one and 4 threads, rows interleaved round by round, each library in a process of its own
+# (as bench/log_ab_bench.rb does: two versions of Herald cannot share one). Besides the rate, figures that
+# hold on a loaded machine: the client's CPU per publish (whole process), the server's CPU per publish
+# (INFO cpu), script calls and Redis commands per publish (INFO commandstats; commands run inside a script
+# count), the script's own time per call (usec_per_call), the publishing threads' context switches per
+# publish (voluntary: the thread blocked; involuntary: it was preempted), objects per publish and, for
+# Herald, how many records each script call carried (its Batcher's group sizes).
 #
 #   BENCH_ROUNDS=5 bundle exec ruby bench/redis_publish_bench.rb
 #   BENCH_THREADS=1,4,8 BENCH_OPS=4000 ... (defaults 1,4 and 4000)
+#   OLD_LIB=/tmp/old/lib ... adds the rows of another checkout of Herald
+#     (git archive main lib | tar -x -C /tmp/old), measured in the same rounds (several: comma-separated)
+require "json"
+require "rbconfig"
 require_relative "harness"
-require_relative "support/peers"
 require_relative "../test/support/servers"
-require "herald"
+require "redis-client"
 
-DATA = {"hello" => "world", "nums" => [1, 2, 3]}.freeze
-CHANNEL = "/test/channel"
 OPS = Integer(ENV.fetch("BENCH_OPS", "4000"))
 THREAD_COUNTS = ENV.fetch("BENCH_THREADS", "1,4").split(",").map { |t| Integer(t) }
+OLD_LIBS = ENV["OLD_LIB"].to_s.split(",").map { |l| File.expand_path(l) }
+OLD_LIB = OLD_LIBS.first
 
-# Counts the records of every script call Herald's store makes (its Batcher's groups).
-module GroupSizes
-  SIZES = Hash.new(0)
+# One library in its own process: reads "threads ops" lines, publishes, answers with a JSON sample.
+WORKER = <<~'RUBY'
+  lib, url, namespace = ARGV
+  $LOAD_PATH.unshift(lib) unless lib == "-"
+  require "json"
+  data = {"hello" => "world", "nums" => [1, 2, 3]}.freeze
+  channel = "/test/channel"
+  groups = Hash.new(0)
+  publish = if lib == "-"
+    require "message_bus"
+    mb = MessageBus::Instance.new
+    mb.configure(backend: :redis, redis_config: {url: url})
+    mb.backend_instance.max_backlog_size = 1000
+    mb.backend_instance.reset!
+    -> { mb.publish(channel, data) }
+  else
+    $VERBOSE = nil # the bundle's gemspec loaded this checkout's Herald::VERSION; another lib redefines it
+    require "herald"
+    # Counts the records of every script call the store makes (its Batcher's groups).
+    Herald::Store::Redis.prepend(Module.new do
+      define_method(:append_batch) do |requests|
+        groups[requests.size] += 1
+        super(requests)
+      end
+      private :append_batch
+    end)
+    bus = Herald::Bus.new(store: Herald::Store::Redis.new(url: url, namespace: namespace))
+    -> { bus.publish(channel, data) }
+  end
+  switches = -> { File.read("/proc/thread-self/status").scan(/(\w+)_ctxt_switches:\s+(\d+)/).to_h { |k, v| [k, v.to_i] } }
+  # n publishes over `threads` threads; returns the voluntary and involuntary switches they made.
+  threaded = lambda do |n, threads|
+    Array.new(threads) do |t|
+      Thread.new do
+        before = switches.call
+        (n / threads + ((t < n % threads) ? 1 : 0)).times { publish.call }
+        after = switches.call
+        [after["voluntary"] - before["voluntary"], after["nonvoluntary"] - before["nonvoluntary"]]
+      end
+    end.map(&:value).transpose.map(&:sum)
+  end
+  $stdout.sync = true
+  puts "ready"
+  while (line = $stdin.gets)
+    threads, n = line.split.map { |x| Integer(x) }
+    GC.start
+    groups.clear
+    objects = GC.stat(:total_allocated_objects)
+    t = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
+    voluntary, involuntary = threaded.call(n, threads)
+    cpu = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID) - cpu
+    t = Process.clock_gettime(Process::CLOCK_MONOTONIC) - t
+    puts JSON.generate("rate" => n / t, "cpu_us" => cpu * 1e6 / n, "voluntary" => voluntary.fdiv(n),
+      "involuntary" => involuntary.fdiv(n), "allocs" => (GC.stat(:total_allocated_objects) - objects).fdiv(n), "groups" => groups)
+  end
+RUBY
 
-  private
-
-  def append_batch(requests)
-    SIZES[requests.size] += 1
-    super
+Worker = Struct.new(:io) do
+  def run(threads, n)
+    io.puts "#{threads} #{n}"
+    JSON.parse(io.gets)
   end
 end
-Herald::Store::Redis.prepend(GroupSizes)
 
-# Context switches of the calling thread (/proc counts them per thread; a process's own line is its main thread's).
-def switches = File.read("/proc/thread-self/status").scan(/ctxt_switches:\s+(\d+)/).flatten.sum(&:to_i)
-
-# Runs n publishes over `threads` threads; returns the context switches they made.
-def threaded(n, threads)
-  return switches.then { |before| n.times { yield } && switches - before } if threads == 1
-  Array.new(threads) do |t|
-    Thread.new do
-      before = switches
-      (n / threads + ((t < n % threads) ? 1 : 0)).times { yield }
-      switches - before
-    end
-  end.sum(&:value)
+def spawn_worker(lib, url, namespace)
+  io = IO.popen([RbConfig.ruby, "-e", WORKER, lib, url, namespace], "r+")
+  raise "worker for #{lib} did not start" unless io.gets == "ready\n"
+  Worker.new(io)
 end
 
 def server_stats(redis)
@@ -54,76 +102,61 @@ def server_stats(redis)
   [cpu, commands]
 end
 
-Sample = Struct.new(:rate, :cpu_us, :server_us, :scripts, :script_us, :commands, :switches, :allocs)
-
-def measure(redis, threads, ops, &publish)
-  GC.start
+# A worker's sample plus what the server did meanwhile.
+def measure(redis, worker, threads, ops)
   cpu0, stats0 = server_stats(redis)
-  allocs0 = GC.stat(:total_allocated_objects)
-  t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  c0 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
-  sw = threaded(ops, threads, &publish)
-  c1 = Process.clock_gettime(Process::CLOCK_PROCESS_CPUTIME_ID)
-  t1 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-  allocs = GC.stat(:total_allocated_objects) - allocs0
+  sample = worker.run(threads, ops)
   cpu1, stats1 = server_stats(redis)
   delta = stats1.to_h { |name, (calls, usec)| [name, [calls - stats0.fetch(name, [0, 0])[0], usec - stats0.fetch(name, [0, 0])[1]]] }
   delta.delete("info")
   scripts = %w[evalsha eval].sum { |n| delta.fetch(n, [0, 0])[0] }
   script_usec = %w[evalsha eval].sum { |n| delta.fetch(n, [0, 0])[1] }
-  commands = delta.sum { |_, (calls, _)| calls }
-  Sample.new(ops / (t1 - t0), (c1 - c0) * 1e6 / ops, (cpu1 - cpu0) * 1e6 / ops, scripts.fdiv(ops),
-    scripts.zero? ? 0 : script_usec.fdiv(scripts), commands.fdiv(ops), sw.fdiv(ops), allocs.fdiv(ops))
+  sample.merge("server_us" => (cpu1 - cpu0) * 1e6 / ops, "scripts" => scripts.fdiv(ops),
+    "script_us" => scripts.zero? ? 0 : script_usec.fdiv(scripts), "commands" => delta.sum { |_, (calls, _)| calls }.fdiv(ops))
 end
-
-def med(samples, field) = Bench.median(samples.map(&field))
 
 server = Herald::TestServers.redis_server
 url = server[:url]
 redis = RedisClient.new(url: url)
-mb = MessageBus::Instance.new
-mb.configure(backend: :redis, redis_config: {url: url})
-mb.backend_instance.max_backlog_size = 1000
-mb.backend_instance.reset!
-herald = Herald::Bus.new(store: Herald::Store::Redis.new(url: url, namespace: "bench"))
-variants = {"message_bus 4.5.1" => ->(_) { mb.publish(CHANNEL, DATA) }, "Herald" => ->(_) { herald.publish(CHANNEL, DATA) }}
-if ENV["BENCH_RUBY_DRIVER"]
-  ruby = Herald::Bus.new(store: Herald::Store::Redis.new(url: url, namespace: "benchrb", driver: :ruby))
-  variants["Herald, Ruby driver"] = ->(_) { ruby.publish(CHANNEL, DATA) }
-end
-rows = THREAD_COUNTS.flat_map { |t| variants.map { |name, run| ["#{name}, #{t} thread#{"s" if t > 1}", t, run] } }
+libs = {"message_bus 4.5.1" => "-", "Herald" => File.expand_path("../lib", __dir__)}
+OLD_LIBS.each { |l| libs[(OLD_LIBS.size == 1) ? "Herald (OLD_LIB)" : "Herald (#{l})"] = l }
+workers = libs.each_with_index.to_h { |(name, lib), i| [name, spawn_worker(lib, url, "bench#{i}")] }
+rows = THREAD_COUNTS.flat_map { |t| workers.map { |name, w| ["#{name}, #{t} thread#{"s" if t > 1}", t, w] } }
 samples = Hash.new { |h, k| h[k] = [] }
-groups = Hash.new { |h, k| h[k] = Hash.new(0) }
 
 load_before = Bench.loadavg
-rows.each { |_, t, run| threaded(1000, t) { run.call(nil) } } # warm up: scripts loaded, backlogs full
+rows.each { |_, t, w| w.run(t, 1000) } # warm up: scripts loaded, backlogs full
 Bench::ROUNDS.times do
-  rows.each do |name, t, run|
-    GroupSizes::SIZES.clear
-    samples[name] << measure(redis, t, OPS) { run.call(nil) }
-    GroupSizes::SIZES.each { |size, n| groups[name][size] += n }
-  end
+  rows.each { |name, t, w| samples[name] << measure(redis, w, t, OPS) }
 end
+load_after = Bench.loadavg
 
+med = ->(s, field) { Bench.median(s.map { |x| x[field] }) }
 puts "### Redis publish: where the time goes", ""
 puts "#{RUBY_DESCRIPTION}; redis-server #{redis.call("INFO", "server")[/redis_version:(\S+)/, 1]} (spawned for this run); " \
-  "Herald's driver: #{herald.store.driver}. #{Bench::ROUNDS} rounds of #{OPS} publishes per row, rows interleaved; medians. " \
-  "Load average #{load_before} before, #{Bench.loadavg} after.", ""
-puts "| | publishes/s | spread | vs message_bus | client CPU/publish | server CPU/publish | script calls/publish | script usec/call | Redis commands/publish | context switches/publish | objects/publish |"
-puts "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  "each library in its own process#{"; OLD_LIB: #{OLD_LIBS.join(", ")}" if OLD_LIB}. #{Bench::ROUNDS} rounds of #{OPS} publishes per row, rows interleaved; medians. " \
+  "Load average #{load_before} before, #{load_after} after.", ""
+puts "| | publishes/s | spread | vs message_bus | same-round ratio | client CPU/publish | server CPU/publish | script calls/publish | script usec/call | Redis commands/publish | switches/publish (voluntary + involuntary) | objects/publish |"
+puts "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
 rows.each do |name, t, _|
   s = samples[name]
-  base = Bench.median(samples[rows.find { |n, tt, _| tt == t && n.start_with?("message_bus") }[0]].map(&:rate))
-  puts format("| %s | %s | %s-%s | %.2fx | %.1f us | %.1f us | %.2f | %.1f | %.1f | %.2f | %.1f |", name, Bench.humanize(med(s, :rate)),
-    Bench.humanize(s.map(&:rate).min), Bench.humanize(s.map(&:rate).max), med(s, :rate) / base, med(s, :cpu_us),
-    med(s, :server_us), med(s, :scripts), med(s, :script_us), med(s, :commands), med(s, :switches), med(s, :allocs))
+  peer = samples[rows.find { |n, tt, _| tt == t && n.start_with?("message_bus") }[0]]
+  base = med.call(peer, "rate")
+  # Each round's rate over message_bus's in the same round (measured next to it): load that drifts
+  # between rounds cancels out.
+  paired = Bench.median(s.zip(peer).map { |a, b| a["rate"] / b["rate"] })
+  puts format("| %s | %s | %s-%s | %.2fx | %.2fx | %.1f us | %.1f us | %.2f | %.1f | %.1f | %.2f + %.2f | %.1f |", name, Bench.humanize(med.call(s, "rate")),
+    Bench.humanize(s.map { |x| x["rate"] }.min), Bench.humanize(s.map { |x| x["rate"] }.max), med.call(s, "rate") / base, paired, med.call(s, "cpu_us"),
+    med.call(s, "server_us"), med.call(s, "scripts"), med.call(s, "script_us"), med.call(s, "commands"),
+    med.call(s, "voluntary"), med.call(s, "involuntary"), med.call(s, "allocs"))
 end
 puts
-groups.each do |name, sizes|
+rows.each do |name, _, _|
+  sizes = samples[name].each_with_object(Hash.new(0)) { |x, h| x["groups"].each { |size, n| h[size.to_i] += n } }
+  next if sizes.empty?
   total = sizes.sum { |size, n| size * n }
   shown = sizes.sort.map { |size, n| "#{size}: #{(100.0 * size * n / total).round(1)}%" }.join(", ")
   puts "- #{name}: publishes by the size of the script call that carried them: #{shown}"
 end
 puts
-herald.close
-mb.destroy
+workers.each_value { |w| w.io.close }

@@ -142,6 +142,8 @@ module Herald
         @segments.each(&:close)
         @lock.synchronize { drop_lease } if @write_lock # a forked child may share the descriptor: closing is not enough
         @write_lock&.close
+        @waiters&.close
+        @watchdog&.kill
       end
 
       def closed? = @closed

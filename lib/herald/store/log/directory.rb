@@ -8,6 +8,7 @@ module Herald
     class Log
       # The files of a log directory other than segments, and the one way they are written:
       #   LOCK            flock'ed around every append and every recovery (one writer at a time, any process)
+      #   WAITERS         flock'ed (shared) by a writer blocked on LOCK, so a writer keeping LOCK sees it (WriteLease)
       #   META            epoch and segment size, fixed when the directory is created
       #   STATE           last ids and retention, saved before old segments are deleted (ids never go back)
       #   IDS             how far ids may have been handed out (Reservation); OPEN: flock'ed by every open store
@@ -33,6 +34,13 @@ module Herald
         def open_lock
           File.new(join("LOCK"), File::RDWR | File::CREAT, 0o644)
         rescue Errno::EACCES, Errno::EROFS, Errno::EPERM
+          nil
+        end
+
+        # Held shared by writers waiting for LOCK (WriteLease); nil when it cannot be opened.
+        def open_waiters
+          File.new(join("WAITERS"), File::RDONLY | File::CREAT, 0o644)
+        rescue SystemCallError
           nil
         end
 

@@ -8,29 +8,50 @@ module Herald
       # syscalls of the four a publish made; a process that keeps the lock knows nobody appended since its
       # last write, so an append is one write. docs/log.md has the design and its figures.
       #
-      # Another process (or another store instance on the same directory) that wants to write and finds
-      # the lock taken asks for it: a "lease" datagram to every open store's wakeup socket (Wakeup). The
-      # holder's listener thread gives the lock up once it has held it MIN_HOLD, between two appends (it
-      # takes the store's lock first), and then keeps away for STEP_BACK so the asker gets its turn. The
-      # asker polls with LOCK_NB and asks again every ASK_EVERY (a datagram can be lost). Whoever takes the
-      # lock after someone else held it reads what was appended meanwhile, and cuts a dead writer's torn
-      # tail, before it appends: as before, ids follow on densely, in commit order.
+      # Several processes writing at once (a Puma cluster whose workers all publish) take the lease in turns.
+      # One that finds the lock taken waits in a blocking flock(LOCK_EX): the kernel wakes it when the lock is
+      # dropped, no polling. While it waits it holds a shared flock on WAITERS, and a holder that has held
+      # the lease MIN_HOLD looks at WAITERS every LOOK_EVERY (two syscalls) and hands the lease over when
+      # someone waits. Before, a waiter sent a "lease" datagram to every open store each time and polled the
+      # lock with sleeps, and the holder's listener thread had to get the GVL to hear it: 100-150 datagrams
+      # and as many listener wakeups for 6,000 appends of two processes, and the handoff went to whoever
+      # polled first. Whoever takes the lock after someone else held it reads what was appended meanwhile,
+      # and cuts a dead writer's torn tail, before it appends: as before, ids follow on densely, in commit order.
       #
-      # The kernel frees the flock when its holder dies (kill -9 included). A store whose wakeup socket could
-      # not be bound cannot hear an asker, so it drops the lock after every append, as before.
+      # A holder that is not appending hears no one through WAITERS: a waiter that saw no contention for
+      # CONTENDED asks with a datagram (the holder's listener gives the lease up between two appends), and the
+      # listener drops a lease unused for IDLE (IDLE_CONTENDED while others write). A holder that gave the
+      # lease up keeps away for a step back so the woken waiter gets it; taking it back anyway (the waiter was
+      # not scheduled in time) doubles the next step back (up to STEP_BACK_MAX), so a busy writer cannot
+      # keep the lock from a slow one.
       #
-      # A holder that cannot answer (stopped by SIGSTOP or a suspended console, hung, or its listener kept
-      # from running) would keep everyone else from writing. So the listener drops a lease nobody used for
-      # IDLE, and a writer that waited `lock_timeout` seconds raises TimeoutError naming the holder's pid
-      # (after a warning at WAIT_WARN) instead of hanging.
+      # The kernel frees the flock when its holder dies (kill -9 included). A store without a listening wakeup
+      # socket cannot hear an asker: it drops the lock after every append and waits for it by polling
+      # (LOCK_NB with a backoff, asking every ASK_EVERY), as before.
+      #
+      # A holder that cannot answer (stopped by SIGSTOP or a suspended console, hung) would keep everyone else
+      # from writing: a watchdog thread of the waiting store warns at WAIT_WARN (naming the holder) and after
+      # `lock_timeout` seconds interrupts the wait with TimeoutError instead of letting it hang.
       module WriteLease
-        MIN_HOLD = 0.002
+        MIN_HOLD = 0.005 # a lease is held at least this long before it is handed over (a run of appends)
         STEP_BACK = 0.0005
+        STEP_BACK_MAX = 0.008
         ASK_EVERY = 0.005
-        POLL = 0.0001 # first wait between LOCK_NB attempts; doubles up to POLL_MAX
+        POLL = 0.0001 # first wait between LOCK_NB attempts (no listener); doubles up to POLL_MAX
         POLL_MAX = 0.002
         IDLE = 0.02
         WAIT_WARN = 1.0
+        CONTENDED = 0.05 # for this long after another writer was seen, a waiter relies on WAITERS (no datagram)
+        LOOK_EVERY = 0.0005 # how often a lease holder past MIN_HOLD looks for blocked writers (WAITERS)
+        LOOK_QUIET = 0.01 # the same while no other writer was seen for CONTENDED
+        IDLE_CONTENDED = 0.005 # a lease unused this long is dropped while others write
+        WATCH = 0.1 # how often a blocked writer is looked at (start_watchdog)
+        WATCHDOG_IDLE = 100 # WATCH periods without a blocked writer before the watchdog thread stops
+
+        # What this store did for the write lock since it opened (tests, benchmarks): leases taken, waits in a
+        # blocking flock and the seconds they took, "lease" datagrams sent, leases handed over to a waiter seen
+        # on WAITERS and given up when asked.
+        def lock_stats = @lock_stats.dup
 
         private
 
@@ -38,8 +59,18 @@ module Herald
           @leased = false # this store holds the flock
           @lease_fresh = false # taken since the last append: others may have appended
           @leased_at = 0.0
-          @gave_lease_at = -STEP_BACK
+          @gave_lease_at = -1.0
+          @step_back = STEP_BACK
           @used_at = 0.0
+          @contended_at = -CONTENDED # when another writer was last seen
+          @looked_at = 0.0 # when a lease holder last looked at WAITERS
+          @waiters&.close
+          @waiters = nil
+          @waiter = nil # [thread, since, warned] while an append waits in a blocking flock
+          @wait_mutex = Mutex.new
+          @watchdog = nil
+          @asked_at = -WATCH
+          @lock_stats = {leases: 0, waits: 0, waited: 0.0, asks: 0, handed: 0, given: 0}
         end
 
         # Runs the block holding the write lock; under @lock.
@@ -47,44 +78,124 @@ module Herald
           take_lease unless @leased
           yield
         ensure
-          if @wakeup&.listening?
-            @used_at = now
-          else
-            drop_lease
-          end
+          after_append
         end
 
+        def contended? = now - @contended_at < CONTENDED
+
+        # Keeps the lease, and hands it over to a blocked writer once held MIN_HOLD: it looks every LOOK_EVERY
+        # while others write, else every LOOK_QUIET. (File#flock lets other threads of this process have the
+        # GVL, so a look costs a thread switch when several publish; a waiter that saw no contention asks
+        # with a datagram besides.)
+        def after_append
+          return unless @leased # (the wait for it failed)
+          return drop_lease unless @wakeup&.listening?
+          @used_at = now
+          return if @used_at - @leased_at < MIN_HOLD
+          look_for_waiters if @used_at - @looked_at >= (contended? ? LOOK_EVERY : LOOK_QUIET)
+        end
+
+        # A lease holder publishing in a loop hears askers only between its appends, when its listener gets
+        # the GVL; a writer blocked on the lock holds a shared flock on WAITERS, seen here in two syscalls.
+        def look_for_waiters
+          @looked_at = @used_at
+          waiters = (@waiters ||= @directory.open_waiters) or return
+          return waiters.flock(File::LOCK_UN) if waiters.flock(File::LOCK_EX | File::LOCK_NB)
+          @lock_stats[:handed] += 1
+          @contended_at = @gave_lease_at = @used_at
+          drop_lease
+        end
+
+        # A store that just gave its lock up keeps away for @step_back first, so the writer it gave it to (woken
+        # by the kernel, not yet running) gets it. Taking it back anyway means that writer was not scheduled in
+        # time (a loaded machine): the next step back is twice as long, up to STEP_BACK_MAX, so a busy writer
+        # cannot keep the lock from a slow one; a handover that worked halves it again.
         def take_lease
-          step_back = @gave_lease_at + STEP_BACK - now
-          sleep step_back if step_back > 0
+          gave = @gave_lease_at > @leased_at && now - @gave_lease_at < STEP_BACK_MAX # (a while ago: no one waits)
+          wait = @gave_lease_at + @step_back - now
+          sleep wait if gave && wait > 0
+          if @write_lock.flock(File::LOCK_EX | File::LOCK_NB)
+            @step_back = [@step_back * 2, STEP_BACK_MAX].min if gave
+          else
+            @step_back = [@step_back / 2, STEP_BACK].max if gave
+            ask = !contended? # a holder that saw contention looks at WAITERS; one that did not is asked
+            @contended_at = now
+            wait_for_lock(ask: ask)
+          end
+          hold
+          @wakeup&.nudge # its listener is to drop the lease once unused for IDLE: it must know it has one
+        end
+
+        def hold
+          @lock_stats[:leases] += 1
+          @leased = true
+          @lease_fresh = true
+          @leased_at = now
+        end
+
+        def ask_for_lease
+          @lock_stats[:asks] += 1
+          @asked_at = now
+          Wakeup.ask_for_lease(@directory.join("wakeup"), except: (@wakeup if @wakeup&.listening?))
+        end
+
+        # Waits in a blocking flock(LOCK_EX), holding a shared flock on WAITERS so a lease holder sees it, with
+        # the watchdog watching. A holder that is not appending does not look at WAITERS: `ask` (no contention
+        # seen lately), or WAITERS not taken, sends it a datagram first.
+        def wait_for_lock(ask:)
+          return poll_for_lock unless @wakeup&.listening?
+          @lock_stats[:waits] += 1
+          start_watchdog
+          waiters = (@waiters ||= @directory.open_waiters)
+          seen = waiters&.flock(File::LOCK_SH | File::LOCK_NB)
+          ask_for_lease if ask || !seen
+          begin
+            started = now
+            @wait_mutex.synchronize { @waiter = [Thread.current, started, false] }
+            # The listener raises TimeoutError in this thread only while @waiter is set. Arriving just as the
+            # flock returned, it is raised when this block ends, before anything is written.
+            Thread.handle_interrupt(TimeoutError => :on_blocking) do
+              @write_lock.flock(File::LOCK_EX)
+              @wait_mutex.synchronize { @waiter = nil }
+            end
+            @lock_stats[:waited] += now - started
+          rescue TimeoutError
+            @write_lock.flock(File::LOCK_UN) # it may have come with the lock
+            raise
+          end
+        ensure
+          @wait_mutex.synchronize { @waiter = nil }
+          waiters.flock(File::LOCK_UN) if seen
+        end
+
+        # Without a listener (opening, closing, no wakeup socket): LOCK_NB with a backoff, asking every ASK_EVERY.
+        def poll_for_lock
           wait = POLL
           asked_at = nil
           started = now
           warned = false
           until @write_lock.flock(File::LOCK_EX | File::LOCK_NB)
             if asked_at.nil? || now - asked_at > ASK_EVERY
-              Wakeup.ask_for_lease(@directory.join("wakeup"), except: (@wakeup if @wakeup&.listening?))
+              ask_for_lease
               asked_at = now
             end
             warned = waited_too_long(now - started, warned)
             sleep wait
             wait = [wait * 2, POLL_MAX].min
           end
-          @leased = true
-          @lease_fresh = true
-          @leased_at = now
-          @wakeup&.nudge # its listener is to drop the lease once unused for IDLE: it must know it has one
         end
 
         # Raises once the wait reached lock_timeout; warns once past WAIT_WARN. Returns whether it warned.
         def waited_too_long(waited, warned)
-          if waited >= @lock_timeout
-            raise TimeoutError, "#{@dir}: the log's write lock has been held by #{lock_holder} for #{@lock_timeout} s " \
-              "(a stopped or hung process?); nothing was written"
-          end
+          raise TimeoutError, timed_out_message if waited >= @lock_timeout
           return warned if warned || waited < WAIT_WARN
           Herald.logger.warn "#{@dir}: waiting for the log's write lock, held by #{lock_holder}"
           true
+        end
+
+        def timed_out_message
+          "#{@dir}: the log's write lock has been held by #{lock_holder} for #{@lock_timeout} s " \
+            "(a stopped or hung process?); nothing was written"
         end
 
         # Who holds LOCK, from Linux's /proc/locks (pid, device:inode of the file).
@@ -99,18 +210,59 @@ module Herald
           "another process"
         end
 
-        # Called by the Wakeup listener after every wait: drops a lease unused for IDLE, and returns how long
-        # the listener may wait before it looks again (nil: no lease, wait as long as it likes).
+        # Called by the Wakeup listener after every wait: drops a lease unused for IDLE (IDLE_CONTENDED while
+        # others write), and returns how long the listener may wait before it looks again (nil: as long as it likes).
         def lease_tick
           return nil unless @leased
+          idle_limit = contended? ? IDLE_CONTENDED : IDLE
           idle = now - @used_at
-          return IDLE - idle if idle < IDLE
+          return idle_limit - idle if idle < idle_limit
           @lock.synchronize do
-            drop_lease if @leased && !ForkTracker.forked?(@pid) && now - @used_at >= IDLE
+            drop_lease if @leased && !ForkTracker.forked?(@pid) && now - @used_at >= idle_limit
           end
           nil
         rescue IOError
           nil # closed meanwhile
+        end
+
+        # A thread of the store's that watches its blocked writers (the listener cannot: it may itself wait for
+        # @lock, which the blocked writer holds). Started by the first blocking wait; it stops after a while
+        # without one, and in a forked child (threads do not survive fork) the next wait starts another.
+        def start_watchdog
+          return if @watchdog&.alive?
+          @watchdog = Thread.new do
+            idle = 0
+            while !@closed && idle < WATCHDOG_IDLE
+              sleep WATCH
+              idle = watch_waiter ? 0 : idle + 1
+            end
+          end
+          @watchdog.name = "herald-log-lock-watch"
+        end
+
+        # Warns about a writer blocked past WAIT_WARN, asks again for the lease (a datagram can be lost), and
+        # interrupts the wait at lock_timeout. Returns whether a writer was waiting.
+        def watch_waiter
+          @wait_mutex.synchronize do
+            waiter = @waiter or return false
+            thread, since, warned = waiter
+            waited = now - since
+            if waited >= @lock_timeout
+              @waiter = nil
+              thread.raise(TimeoutError, timed_out_message)
+            elsif waited >= WAIT_WARN && !warned
+              waiter[2] = true
+              Herald.logger.warn "#{@dir}: waiting for the log's write lock, held by #{lock_holder}"
+            end
+          end
+          ask_again
+          true
+        end
+
+        # While a writer is blocked: every WATCH.
+        def ask_again
+          return unless @waiter && now - @asked_at >= WATCH
+          ask_for_lease
         end
 
         def drop_lease
@@ -123,19 +275,22 @@ module Herald
         # MIN_HOLD is kept that long first (a busy writer gets a run of appends per handoff), measured under
         # the store's lock: a lease taken while this thread waited for the lock is a new one.
         def give_lease
-          loop do
-            wait = @lock.synchronize do
-              return unless @leased && !ForkTracker.forked?(@pid)
-              held = now - @leased_at
-              next MIN_HOLD - held if held < MIN_HOLD
-              drop_lease
-              @gave_lease_at = now
-              return
-            end
+          while (wait = @lock.synchronize { hand_over })
             sleep wait
           end
         rescue IOError
           nil # closed meanwhile
+        end
+
+        # Under @lock: gives the lease up, or returns how long to keep it first (MIN_HOLD).
+        def hand_over
+          return unless @leased && !ForkTracker.forked?(@pid)
+          held = now - @leased_at
+          return MIN_HOLD - held if held < MIN_HOLD
+          drop_lease
+          @lock_stats[:given] += 1
+          @contended_at = @gave_lease_at = now
+          nil
         end
 
         def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
