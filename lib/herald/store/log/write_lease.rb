@@ -33,7 +33,7 @@ module Herald
       # from writing: a watchdog thread of the waiting store warns at WAIT_WARN (naming the holder) and after
       # `lock_timeout` seconds interrupts the wait with TimeoutError instead of letting it hang.
       module WriteLease
-        MIN_HOLD = 0.005 # a lease is held at least this long before it is handed over (a run of appends)
+        MIN_HOLD = 0.01 # a lease is held at least this long before it is handed over (a run of appends)
         STEP_BACK = 0.0005
         STEP_BACK_MAX = 0.008
         ASK_EVERY = 0.005
@@ -44,7 +44,9 @@ module Herald
         CONTENDED = 0.05 # for this long after another writer was seen, a waiter relies on WAITERS (no datagram)
         LOOK_EVERY = 0.0005 # how often a lease holder past MIN_HOLD looks for blocked writers (WAITERS)
         LOOK_QUIET = 0.01 # the same while no other writer was seen for CONTENDED
-        IDLE_CONTENDED = 0.005 # a lease unused this long is dropped while others write
+        IDLE_CONTENDED = 0.001 # a lease unused this long is dropped while others write (see lease_tick)
+        BUSY_TICK = 0.005
+        UNUSED = 0.001 # a lease unused this long is given up at once when asked for, whatever MIN_HOLD says
         WATCH = 0.1 # how often a blocked writer is looked at (start_watchdog)
         WATCHDOG_IDLE = 100 # WATCH periods without a blocked writer before the watchdog thread stops
 
@@ -70,6 +72,7 @@ module Herald
           @wait_mutex = Mutex.new
           @watchdog = nil
           @asked_at = -WATCH
+          @ticks = 0
           @lock_stats = {leases: 0, waits: 0, waited: 0.0, asks: 0, handed: 0, given: 0}
         end
 
@@ -128,6 +131,7 @@ module Herald
 
         def hold
           @lock_stats[:leases] += 1
+          @ticks = 0
           @leased = true
           @lease_fresh = true
           @leased_at = now
@@ -214,11 +218,18 @@ module Herald
         # others write), and returns how long the listener may wait before it looks again (nil: as long as it likes).
         def lease_tick
           return nil unless @leased
-          idle_limit = contended? ? IDLE_CONTENDED : IDLE
+          limit = contended? ? IDLE_CONTENDED : IDLE
           idle = now - @used_at
-          return idle_limit - idle if idle < idle_limit
+          if idle < limit
+            # Still in use while others write: the lease is handed over through WAITERS; look again only
+            # after BUSY_TICK (a tick every IDLE_CONTENDED took the GVL from the publishing thread 1,000 times
+            # a second). The first tick after a lease is taken comes after IDLE_CONTENDED, so a process that
+            # published once keeps the others waiting that long, not BUSY_TICK.
+            return limit - idle unless contended? && (@ticks += 1) > 1
+            return [limit - idle, BUSY_TICK].max
+          end
           @lock.synchronize do
-            drop_lease if @leased && !ForkTracker.forked?(@pid) && now - @used_at >= idle_limit
+            drop_lease if @leased && !ForkTracker.forked?(@pid) && now - @used_at >= limit
           end
           nil
         rescue IOError
@@ -282,11 +293,12 @@ module Herald
           nil # closed meanwhile
         end
 
-        # Under @lock: gives the lease up, or returns how long to keep it first (MIN_HOLD).
+        # Under @lock: gives the lease up, or returns how long to keep it first (MIN_HOLD, unless it is not
+        # being used: a process that published once a moment ago keeps nobody waiting).
         def hand_over
           return unless @leased && !ForkTracker.forked?(@pid)
           held = now - @leased_at
-          return MIN_HOLD - held if held < MIN_HOLD
+          return MIN_HOLD - held if held < MIN_HOLD && now - @used_at < UNUSED
           drop_lease
           @lock_stats[:given] += 1
           @contended_at = @gave_lease_at = now
