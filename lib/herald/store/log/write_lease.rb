@@ -93,9 +93,9 @@ module Herald
         def after_append
           return unless @leased # (the wait for it failed)
           return drop_lease unless @wakeup&.listening?
-          @used_at = now
-          return if @used_at - @leased_at < MIN_HOLD
-          look_for_waiters if @used_at - @looked_at >= (contended? ? LOOK_EVERY : LOOK_QUIET)
+          @used_at = t = now # (one clock read: this runs after every append)
+          return if t - @leased_at < MIN_HOLD
+          look_for_waiters if t - @looked_at >= ((t - @contended_at < CONTENDED) ? LOOK_EVERY : LOOK_QUIET)
         end
 
         # A lease holder publishing in a loop hears askers only between its appends, when its listener gets
