@@ -35,12 +35,11 @@ class RedisBatcherTest < Minitest::Test
   def test_a_thread_left_alone_stops_gathering
     b = batcher(delay: 0)
     Array.new(4) { Thread.new { 20.times { |i| b.call(i.to_s) } } }.each(&:join)
-    waits = Array.new(20) do
-      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-      b.call("x")
-      Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-    end
-    assert_operator waits.count { |w| w >= Batcher::GATHER }, :<=, 3, waits.inspect
+    # Counted, not timed: on a loaded machine a call that never waited can still take over GATHER.
+    alone = 0
+    b.singleton_class.prepend(Module.new { define_method(:call_alone) { |request| (alone += 1) && super(request) } })
+    20.times { b.call("x") }
+    assert_operator alone, :>=, 17, "#{alone} of 20 calls went straight to Redis"
     assert_equal [1] * 19, @sizes.last(19)
   end
 
