@@ -2,9 +2,10 @@
 
 require_relative "rack_helper"
 
-# A fan-out's sockets are closed about as long after its writes as the writes took (Reactor::CLOSE_DELAY at
-# most): closing costs the kernel about what writing did, and meanwhile the other worker processes' loops and
-# the clients still want the cores. Every reply carries its length, so no client waits for the close.
+# With Reactor#close_delay set, a fan-out's sockets are closed about as long after its writes as the writes took
+# (close_delay at most): closing costs the kernel about what writing did, and meanwhile the other worker processes'
+# loops and the clients still want the cores. Every reply carries its length, so no client waits for the close.
+# Off by default (Reactor::CLOSE_DELAY): on a quiet machine it cost more than it gave.
 class CloseLaterTest < Minitest::Test
   include Herald::RackHelpers
 
@@ -29,6 +30,7 @@ class CloseLaterTest < Minitest::Test
     end
   end
   SLOW = 0.2
+  DELAY = 0.05
 
   def test_the_sockets_are_closed_after_the_replies_as_long_again_as_the_writes_took
     mw = middleware(long_polling_interval: 10)
@@ -37,6 +39,7 @@ class CloseLaterTest < Minitest::Test
     sockets = Array.new(3) { |i| server.request({"/c" => 0}, client: "c#{i}", headers: {"Dont-Chunk" => "t"}) }
     parked(mw, 3)
     mw.reactor.trace = trace
+    mw.reactor.close_delay = DELAY
     @bus.publish("/c", "réponse 🎉")
     replies = sockets.map { |s| whole_reply(s) }
     assert_equal [["réponse 🎉"]] * 3, replies.map { |body| JSON.parse(body).map { |m| m["data"] } }
@@ -45,7 +48,7 @@ class CloseLaterTest < Minitest::Test
     sockets.each { |s| assert_nil read_to_end(s), "closed" }
     closed_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     # The writes took SLOW > CLOSE_DELAY: the closes come CLOSE_DELAY after them (before: at once).
-    assert_operator closed_at - written_at, :>=, Herald::Rack::Reactor::CLOSE_DELAY * 0.9
+    assert_operator closed_at - written_at, :>=, DELAY * 0.9
     assert_equal :done, trace.events.pop.first, "the trace is done once the sockets are closed"
   ensure
     sockets&.each(&:close)
@@ -60,14 +63,15 @@ class CloseLaterTest < Minitest::Test
     parked(mw, 50)
     trace = SlowWrites.new
     mw.reactor.trace = trace
+    mw.reactor.close_delay = DELAY
     loop_thread = Thread.list.find { |t| t.name == "herald-reactor" }
     @bus.publish("/c", "x")
     sockets.each { |s| whole_reply(s) }
-    trace.events.pop # written: the closes are CLOSE_DELAY away
+    trace.events.pop # written: the closes are DELAY away
     sockets.each(&:close)
     before = run_time(loop_thread)
-    sleep Herald::Rack::Reactor::CLOSE_DELAY
-    assert_operator run_time(loop_thread) - before, :<, Herald::Rack::Reactor::CLOSE_DELAY / 2, "CPU seconds the loop used meanwhile"
+    sleep DELAY
+    assert_operator run_time(loop_thread) - before, :<, DELAY / 2, "CPU seconds the loop used meanwhile"
     assert_equal :done, trace.events.pop.first
   end
 

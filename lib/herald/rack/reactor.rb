@@ -18,11 +18,16 @@ module Herald
     # deadlines) are a list sorted by deadline. An error with one client drops that client, never the loop.
     class Reactor
       TICK = 0.25 # longest select: how often deadlines and stalled writers are checked at the latest
-      # A fan-out's sockets are closed once about as long again as its writes took has passed, at most this
-      # long after: closing costs the kernel about what writing did, and meanwhile the other worker processes'
-      # loops are still writing their replies and the clients reading them, on the same cores. Nobody waits
-      # for these closes: every reply carries its length (or its last chunk), and the work is the same, later.
-      CLOSE_DELAY = 0.05
+      # A fan-out's sockets can be closed once about as long again as its writes took has passed (at most
+      # `close_delay` after them), leaving the cores to other worker processes' writes and the clients' reads
+      # first; every reply carries its length (or its last chunk), so nobody waits for the close. Off by
+      # default: on a quiet 2-core machine a 50 ms delay cost the loop 7.6 us more CPU per client (the client
+      # hangs up first, so the server's close does the TCP teardown) and raised client p99 at 1,000 clients
+      # 23.0 -> 26.1 ms and at 10,000 184.7 -> 197.0 ms (bench/http_latency_bench.rb, same run); under load it
+      # lowered client p50s. A knob for benchmarks and tests.
+      CLOSE_DELAY = 0.0
+
+      attr_accessor :close_delay
 
       attr_reader :bus
       # For benchmarks: an object whose #start(msg) returns nil or a per-fan-out recorder (#wrote after
@@ -42,7 +47,8 @@ module Herald
         @timers = [] # Connections by deadline, oldest first
         @writing = {}.compare_by_identity # SocketConnections with bytes the kernel has not taken yet
         @released = [] # closed SocketConnections whose sockets are closed after the current fan-out
-        @release_at = nil # when the sockets of the last fan-outs are to be closed (CLOSE_DELAY)
+        @release_at = nil # when the sockets of the last fan-outs are to be closed (close_delay)
+        @close_delay = CLOSE_DELAY
         @release_traces = [] # their trace recorders, done once the sockets are closed
         @cursor = bus.store.last_global_id # the last global id fanned out
         @closed = false
@@ -139,7 +145,7 @@ module Herald
       def io_ready(monitor)
         conn = monitor.value
         return poked if conn.equal?(@watch)
-        # Answered, its socket not closed yet (CLOSE_DELAY), and the client hung up: epoll would report it on
+        # Answered, its socket not closed yet (close_delay), and the client hung up: epoll would report it on
         # every turn until then.
         return monitor.close if conn.closed?
         if monitor.writable? && conn.flush
@@ -238,7 +244,7 @@ module Herald
       # the closes an earlier one set.
       def release_later(took, trace)
         @release_traces << trace if trace
-        @release_at ||= now + took.clamp(0, CLOSE_DELAY)
+        @release_at ||= now + took.clamp(0, @close_delay)
       end
 
       def want_write(conn)

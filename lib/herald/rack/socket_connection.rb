@@ -86,7 +86,7 @@ module Herald
         @on_close = block
       end
 
-      # The event loop stops watching the socket (it is closed later: Reactor::CLOSE_DELAY); a client hanging
+      # The event loop stops watching the socket (it may be closed later: Reactor#close_delay); a client hanging
       # up meanwhile is then not reported on every turn.
       def unwatch = @monitor&.close
 
