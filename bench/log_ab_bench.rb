@@ -14,6 +14,7 @@
 # :always from 1 and 8 threads, and message_bus's memory backend publish (the envelope already encoded, as
 # bench/publish_bench.rb does). Prints median ops/s, spread, objects/op and the ratios the targets name.
 require "json"
+require_relative "support/script_worker"
 require "rbconfig"
 require "tmpdir"
 
@@ -127,18 +128,7 @@ WORKER = <<~RUBY
   end
 RUBY
 
-Worker = Struct.new(:io) do
-  def run(name, n)
-    io.puts "#{name} #{n}"
-    JSON.parse(io.gets)
-  end
-end
-
-def spawn_worker(lib)
-  io = IO.popen([RbConfig.ruby, "-e", WORKER, lib], "r+")
-  raise "worker for #{lib} did not start" unless io.gets == "ready\n"
-  Worker.new(io)
-end
+def spawn_worker(lib) = Bench::ScriptWorker.spawn(WORKER, lib)
 
 workers = {"new" => spawn_worker(NEW_LIB), "message_bus" => spawn_worker("-")}
 workers["old"] = spawn_worker(OLD_LIB) if OLD_LIB

@@ -19,6 +19,7 @@
 # thread) over the messages: less sensitive to load than the rate. Lock columns (this code only): waits in
 # a blocking flock, and "lease" datagrams, per 1,000 publishes.
 require "json"
+require_relative "support/script_worker"
 require "rbconfig"
 require "tmpdir"
 
@@ -89,18 +90,7 @@ WORKER = <<~'RUBY'
   end
 RUBY
 
-Worker = Struct.new(:io) do
-  def run(procs, n, separate)
-    io.puts "#{procs} #{n} #{separate ? 1 : 0}"
-    JSON.parse(io.gets)
-  end
-end
-
-def spawn_worker(lib)
-  io = IO.popen([RbConfig.ruby, "-e", WORKER, lib], "r+")
-  raise "worker for #{lib} did not start" unless io.gets == "ready\n"
-  Worker.new(io)
-end
+def spawn_worker(lib) = Bench::ScriptWorker.spawn(WORKER, lib)
 
 n = [(10_000 * SCALE).to_i, 100].max
 workers = {"this code" => spawn_worker(NEW_LIB)}
@@ -111,10 +101,10 @@ workers.each_key do |version|
 end
 rows.insert(3, ["this code: 2 processes, separate directories", "this code", 2, true])
 load_before = File.read("/proc/loadavg").split.first(3).join(" ")
-rows.each { |_, v, p, sep| workers[v].run(p, [n / 10, 100].max, sep) } # warm-up
+rows.each { |_, v, p, sep| workers[v].run(p, [n / 10, 100].max, sep ? 1 : 0) } # warm-up
 samples = Hash.new { |h, k| h[k] = [] }
 ROUNDS.times do
-  rows.each { |label, v, p, sep| samples[label] << workers[v].run(p, n, sep) }
+  rows.each { |label, v, p, sep| samples[label] << workers[v].run(p, n, sep ? 1 : 0) }
 end
 load_after = File.read("/proc/loadavg").split.first(3).join(" ")
 median = ->(a) {

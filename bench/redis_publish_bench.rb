@@ -14,6 +14,7 @@
 #   OLD_LIB=/tmp/old/lib ... adds the rows of another checkout of Herald
 #     (git archive main lib | tar -x -C /tmp/old), measured in the same rounds (several: comma-separated)
 require "json"
+require_relative "support/script_worker"
 require "rbconfig"
 require_relative "harness"
 require_relative "../test/support/servers"
@@ -82,18 +83,7 @@ WORKER = <<~'RUBY'
   end
 RUBY
 
-Worker = Struct.new(:io) do
-  def run(threads, n)
-    io.puts "#{threads} #{n}"
-    JSON.parse(io.gets)
-  end
-end
-
-def spawn_worker(lib, url, namespace)
-  io = IO.popen([RbConfig.ruby, "-e", WORKER, lib, url, namespace], "r+")
-  raise "worker for #{lib} did not start" unless io.gets == "ready\n"
-  Worker.new(io)
-end
+def spawn_worker(lib, url, namespace) = Bench::ScriptWorker.spawn(WORKER, lib, url, namespace)
 
 def server_stats(redis)
   info = redis.call("INFO", "all")
