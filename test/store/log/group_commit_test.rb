@@ -1,12 +1,15 @@
 # frozen_string_literal: true
 
 require_relative "../../test_helper"
+require_relative "thread_runs"
 
 # fsync: :always from several threads of one process (Log::GroupCommit): how batches form and how a
 # finished batch's appenders are woken. The disk is made slow and steady (a sleep in place of each
 # segment's fdatasync, which like fdatasync gives up the GVL), so that what is counted is the store's own
 # doing, not this machine's disk.
 class LogGroupCommitTest < Minitest::Test
+  include LogThreadRuns
+
   THREADS = 8
   SYNC = 0.003 # seconds a "disk" sync takes here
 
@@ -44,7 +47,7 @@ class LogGroupCommitTest < Minitest::Test
   # two fdatasyncs where one would do. The gather now waits for every appender of the last cycle.
   def test_batches_split_by_a_pause_join_again
     per_thread = 40
-    run_threads(per_thread) { |t, i| sleep 0.03 if t < THREADS / 2 && i == 3 }
+    append_in_threads(per_thread) { |t, i| sleep 0.03 if t < THREADS / 2 && i == 3 }
     middle = @batches[@batches.size / 3, @batches.size / 3] # after the pause, before the first half finishes
     median = middle.sort[middle.size / 2]
     assert_operator median, :>=, 7, "records per batch in the middle third of the run: #{middle.inspect} of #{@batches.inspect}"
@@ -56,7 +59,7 @@ class LogGroupCommitTest < Minitest::Test
   # are now woken one after another, each by the one before as it leaves.
   def test_a_finished_batch_wakes_its_appenders_one_at_a_time
     per_thread = 40
-    switches = run_threads(per_thread) {}
+    switches = append_in_threads(per_thread) {}
     per_record = switches.sum.fdiv(THREADS * per_thread)
     assert_operator per_record, :<, 2.4, "voluntary context switches per record, per thread: #{switches.inspect}, batches #{@batches.inspect}"
     assert_dense(per_thread)
@@ -116,26 +119,11 @@ class LogGroupCommitTest < Minitest::Test
 
   # Each thread appends per_thread records to a channel of its own, calling the block before each.
   # Returns each thread's voluntary context switches over its loop.
-  def run_threads(per_thread)
-    start = Queue.new
-    threads = Array.new(THREADS) do |t|
-      Thread.new do
-        start.pop
-        before = voluntary_switches
-        per_thread.times do |i|
-          yield t, i
-          @store.append("/t#{t}", json_codec.encode("é#{i}🎉\0"), codec: json_codec)
-        end
-        voluntary_switches - before
-      end
+  def append_in_threads(per_thread)
+    run_threads(per_thread) do |t, i|
+      yield t, i
+      @store.append("/t#{t}", json_codec.encode("é#{i}🎉\0"), codec: json_codec)
     end
-    sleep 0.05 # every thread waits at the queue
-    THREADS.times { start << true }
-    threads.map(&:value)
-  end
-
-  def voluntary_switches
-    File.read("/proc/thread-self/status")[/^voluntary_ctxt_switches:\s+(\d+)/, 1].to_i
   end
 
   # Every record is there once, with dense ids in commit order, also after reopening.

@@ -1,9 +1,12 @@
 # frozen_string_literal: true
 
 require_relative "../../test_helper"
+require_relative "thread_runs"
 
 # Several threads of one process publishing into one log: what they cost each other under Ruby's GVL.
 class LogThreadsTest < Minitest::Test
+  include LogThreadRuns
+
   THREADS = 4
 
   def setup
@@ -28,27 +31,6 @@ class LogThreadsTest < Minitest::Test
   end
 
   private
-
-  # Runs the block per_thread times in each of THREADS threads; returns each thread's voluntary context
-  # switches over its loop (its own, from /proc/thread-self).
-  def run_threads(per_thread)
-    start = Queue.new
-    threads = Array.new(THREADS) do |t|
-      Thread.new do
-        start.pop
-        before = voluntary_switches
-        per_thread.times { |i| yield t, i }
-        voluntary_switches - before
-      end
-    end
-    sleep 0.05 # every thread waits at the queue
-    THREADS.times { start << true }
-    threads.map(&:value)
-  end
-
-  def voluntary_switches
-    File.read("/proc/thread-self/status")[/^voluntary_ctxt_switches:\s+(\d+)/, 1].to_i
-  end
 
   # Every record is there once, with dense ids, globally and per channel, also after reopening.
   def assert_dense
