@@ -23,18 +23,9 @@ SCALE = Float(ENV.fetch("BENCH_SCALE", "1"))
 NEW_LIB = File.expand_path("../lib", __dir__)
 BASELINE_COMMIT = "f57f64d"
 
-# The lib of BASELINE_COMMIT in a temporary directory, or nil when git or the commit is not there.
-def baseline_lib
-  dir = File.join(Dir.tmpdir, "herald-lib-#{BASELINE_COMMIT}")
-  return File.join(dir, "lib") if File.directory?(File.join(dir, "lib"))
-  Dir.mkdir(dir) unless File.directory?(dir)
-  ok = system("git -C #{File.expand_path("..", __dir__)} archive #{BASELINE_COMMIT} lib | tar -x -C #{dir}", err: File::NULL)
-  File.join(dir, "lib") if ok && File.directory?(File.join(dir, "lib"))
-end
-
 OLD_LIB = case ENV["OLD_LIB"]
 when "none" then nil
-when nil, "" then baseline_lib
+when nil, "" then Bench.commit_lib(BASELINE_COMMIT)
 else ENV["OLD_LIB"]
 end
 

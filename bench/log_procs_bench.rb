@@ -28,17 +28,9 @@ SCALE = Float(ENV.fetch("BENCH_SCALE", "1"))
 NEW_LIB = File.expand_path("../lib", __dir__)
 BASELINE_COMMITS = %w[f57f64d 5cdc6cd].freeze
 
-def baseline_lib(commit)
-  dir = File.join(Dir.tmpdir, "herald-lib-#{commit}")
-  return File.join(dir, "lib") if File.directory?(File.join(dir, "lib"))
-  Dir.mkdir(dir) unless File.directory?(dir)
-  ok = system("git -C #{File.expand_path("..", __dir__)} archive #{commit} lib | tar -x -C #{dir}", err: File::NULL)
-  File.join(dir, "lib") if ok && File.directory?(File.join(dir, "lib"))
-end
-
 OLD_LIBS = case ENV["OLD_LIBS"]
 when "none" then {}
-when nil, "" then BASELINE_COMMITS.to_h { |c| [c, baseline_lib(c)] }.compact
+when nil, "" then BASELINE_COMMITS.to_h { |c| [c, Bench.commit_lib(c)] }.compact
 else ENV["OLD_LIBS"].split(",").to_h { |l| [l, l] }
 end
 
