@@ -15,12 +15,13 @@ const CHROMIUM = process.env.CHROMIUM_PATH || "/usr/bin/chromium";
 // `real: true` runs the real `exe/herald server`; otherwise test/support/http_server.rb, which adds a
 // test-only targeted-publish route and a cookie user id lookup.
 // `port` and `dir` restart a server where a stopped one was (stop({ keepDir: true }) keeps its log).
-export async function startServer({ real = false, userCookie, impl = IMPL, port: askedPort = 0, dir: askedDir, maxClients } = {}) {
+export async function startServer({ real = false, userCookie, impl = IMPL, port: askedPort = 0, dir: askedDir, maxClients, longPollMs } = {}) {
   const dir = askedDir || mkdtempSync(join(tmpdir(), "herald-browser-"));
   const args = real && impl === "herald"
     ? ["exec", "ruby", join(ROOT, "exe/herald"), "server", "--port", String(askedPort), "--dir", dir]
     : ["exec", "ruby", join(ROOT, "test/support/http_server.rb"), "--impl", impl, "--port", String(askedPort), "--dir", dir,
-      ...(userCookie ? ["--user-cookie", userCookie] : []), ...(maxClients !== undefined ? ["--max-clients", String(maxClients)] : [])];
+      ...(userCookie ? ["--user-cookie", userCookie] : []), ...(maxClients !== undefined ? ["--max-clients", String(maxClients)] : []),
+      ...(longPollMs !== undefined ? ["--long-poll-ms", String(longPollMs)] : [])];
   const child = spawn("bundle", args, { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
   let output = "";
   const port = await new Promise((resolve, reject) => {
