@@ -54,6 +54,34 @@ class RedisStoreTest < Minitest::Test
     refute_equal epoch, s.epoch
   end
 
+  # APPEND answers with the epoch only when it is not the one the caller sent: a publisher whose store
+  # was reset and recovered by another process learns the new epoch from its next publish (and tells
+  # on_reset), single and batched.
+  def test_a_publisher_learns_of_a_recovery_made_by_another_process
+    resets = []
+    s = store(on_reset: ->(old, new) { resets << [old, new] })
+    other = twin_store(s, on_reset: ->(*) {})
+    first = append("/a", 1, store: s)
+    append("/a", 2, store: other)
+    old = s.epoch
+    RedisClient.new(url: url).then { |r| r.call("DEL", "#{s.namespace}:meta", "#{s.namespace}:ids").tap { r.close } }
+    recovered = append("/a", 3, store: other)
+    refute_equal old, other.epoch
+    third = append("/a", 4, store: s)
+    assert_equal [[old, other.epoch]], resets
+    assert_equal other.epoch, s.epoch
+    assert_operator third.global_id, :>, recovered.global_id
+    assert_operator third.message_id, :>, recovered.message_id
+    assert_operator recovered.message_id, :>, first.message_id
+    RedisClient.new(url: url).then { |r| r.call("DEL", "#{s.namespace}:meta", "#{s.namespace}:ids").tap { r.close } }
+    append("/a", 5, store: other)
+    ids = append_batch(s, [["/a", "x"], ["/b", "y"]])
+    assert_equal 2, resets.size
+    assert_equal other.epoch, s.epoch
+    assert_equal [ids[0][0], ids[0][0] + 1], ids.map(&:first)
+    assert_equal %w[x], s.backlog("/a", ids[0][1] - 1).map(&:data)
+  end
+
   def test_a_read_only_replica_is_a_named_error
     replica = Herald::TestServers.redis_replica_url
     s = Herald::Store::Redis.new(url: replica, namespace: "ro")

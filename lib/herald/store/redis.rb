@@ -96,8 +96,8 @@ module Herald
         @config = RedisClient.config(url: url, connect_timeout: connect_timeout, read_timeout: timeout,
           write_timeout: timeout, reconnect_attempts: 0, driver: @driver, command_builder: Commands)
         @namespace = namespace
-        @max_global = max_global_backlog_size.to_s.freeze
-        @numbers = {} # Integer => its frozen String: a publish's arguments (sizes, ages) repeat
+        @max_global = max_global_backlog_size
+        @retentions = {} # [size, ttl_ms, slack, trim_first] => its packed argument: they repeat
         @on_reset = on_reset || ->(old, new) { Herald.logger.warn "Redis store #{namespace} was reset (epoch #{old} -> #{new}): ids restart above the old ones" }
         @meta_key = "#{namespace}:meta"
         @ids_key = "#{namespace}:ids"
@@ -233,40 +233,48 @@ module Herald
 
       def clock_floor = Process.clock_gettime(Process::CLOCK_REALTIME, :second) << 20
 
-      # What APPEND takes for one record: [channel_key, tail, max_size, ttl_ms, slack, trim_first].
-      # A batched trim leaves up to size/16 extra records: when the size grows, they go first (trimmed
-      # exactly to the old size), or the larger size would bring back what was already dropped.
+      # What APPEND takes for one record: [channel_key, tail, retention] (Scripts::APPEND: retention is
+      # max_size, ttl_ms, slack and trim_first packed). A batched trim leaves up to size/16 extra records:
+      # when the size grows, they go first (trimmed exactly to the old size), or the larger size would
+      # bring back what was already dropped.
       def request(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age)
         key = Store.channel_key(channel, site_id)
         before = @retention.for(key).first
         size, age = @retention.for(key, max_size, max_age)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
-        [key, tail, number(size), number((age * 1000).ceil), number((before == size) ? size / 16 : 0), number((before < size) ? before : 0)]
+        [key, tail, retention_arg(size, (age * 1000).ceil, (before == size) ? size / 16 : 0, (before < size) ? before : 0)]
       end
 
-      def number(n)
-        @numbers[n] ||= begin
-          @numbers.clear if @numbers.size > 1000
-          n.to_s.freeze
+      def retention_arg(*numbers)
+        @retentions[numbers] ||= begin
+          @retentions.clear if @retentions.size > 1000
+          numbers.pack("G4").freeze
         end
       end
 
-      # One APPEND call for the requests of a batch ([key, tail, size, ttl_ms, slack, trim_first] each);
-      # returns [global_id, message_id] for each, in order. The command is built as one array: this runs
-      # once per publish when there is no concurrency.
+      NUMKEYS = Array.new(Batcher::MAX + 1) { |n| (3 + n).to_s.freeze }.freeze
+
+      # One APPEND call for the requests of a batch ([key, tail, retention] each); returns
+      # [global_id, message_id] for each, in order. The command is built as one array: this runs once per
+      # publish when there is no concurrency. The reply carries the epoch only when it is not @epoch.
       def append_batch(requests)
-        command = ["EVALSHA", Scripts::APPEND.sha, number(3 + requests.size), @meta_key, @ids_key, @global_key]
+        n = requests.size
+        command = ["EVALSHA", Scripts::APPEND.sha, NUMKEYS[n] || (3 + n).to_s, @meta_key, @ids_key, @global_key]
         requests.each { |request| command << channel_key(request[0]) }
-        command.push(@epoch || "", @high.to_s, clock_floor.to_s, @next_epoch, @max_global, @wake_channel)
+        command.push(@epoch || "", [@high, clock_floor, @max_global].pack("G3"), @next_epoch, @wake_channel)
         requests.each { |request| command.concat(request) }
         reply = write { |r| call_script(r, command, Scripts::APPEND) }
-        first = reply[2]
-        saw(reply[0], first + requests.size - 1, reply[1] == 1)
-        i = -1
+        first = reply[0]
+        if reply.size > n + 1
+          saw(reply[n + 1], first + n - 1, reply[n + 2] == 1)
+        elsif first + n - 1 > @high
+          @high = first + n - 1
+        end
+        i = 0
         requests.map do |request|
           i += 1
-          @notifier.notify(first + i, request[0])
-          [first + i, reply[3 + i]]
+          @notifier.notify(first + i - 1, request[0])
+          [first + i - 1, reply[i]]
         end
       end
 

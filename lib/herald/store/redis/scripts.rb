@@ -43,10 +43,14 @@ module Herald
         LUA
 
         # KEYS meta ids refs channel_1 .. channel_n (the sets of the n records, repeated when shared).
-        # ARGV known_epoch watermark clock new_epoch max_global wake_channel, then six per record:
-        # channel_key tail max_size ttl_ms slack trim_first.
-        # Returns {epoch, reset, first_global_id, message_id_1 .. message_id_n}: the records get consecutive
-        # global ids in the order given.
+        # ARGV known_epoch numbers new_epoch wake_channel, then three per record: channel_key tail retention.
+        # `numbers` is struct.pack('>ddd', watermark, clock, max_global) and `retention`
+        # struct.pack('>dddd', max_size, ttl_ms, slack, trim_first): in the server, every argument costs
+        # about as much as a small command (~1,100 instructions) and every tonumber() ~1,700 (strtod), so
+        # the numbers travel packed, as doubles (exact up to 2**53, like the ids in the records).
+        # Returns {first_global_id, message_id_1 .. message_id_n}, followed by {epoch, reset} only when the
+        # epoch is not the caller's or the store was reset: the records get consecutive global ids in the
+        # order given.
         # The server's work is per call and per channel, not per record: one HINCRBY per channel hands out
         # its ids, one ZADD per channel stores its records, one ZADD stores every reference, one PTTL per
         # channel (the set's expiry is pushed ttl/16, at most a minute, past the newest record's, so the
@@ -68,16 +72,17 @@ module Herald
           end
           local st = redis.call('HMGET', KEYS[1], 'epoch', 'gid', 'floor')
           local epoch, gid, floor, reset = st[1], tonumber(st[2]) or 0, tonumber(st[3]) or 0, 0
-          local watermark = tonumber(ARGV[2])
+          local watermark, clock, max_global = struct.unpack('>ddd', ARGV[2])
           if (not epoch and ARGV[1] ~= '') or gid < watermark then
-            epoch = ARGV[4]
-            floor = recover(gid, floor, watermark, tonumber(ARGV[3]), epoch, ARGV[6])
+            epoch = ARGV[3]
+            floor = recover(gid, floor, watermark, clock, epoch, ARGV[4])
             gid = floor
             reset = 1
           elseif not epoch then
-            epoch = ARGV[4]
+            epoch = ARGV[3]
             redis.call('HSET', KEYS[1], 'epoch', epoch)
           end
+          local fresh = epoch == ARGV[1] and reset == 0 -- the caller knows the epoch: not returned
           -- The set lives as long as its longest-lived record (each carries its own expiry, filtered on
           -- read): a publish with a short max_backlog_age must not expire the others' messages.
           -- In milliseconds: TTL rounds to whole seconds, which cut a short age by up to half a second.
@@ -88,7 +93,6 @@ module Herald
           end
           local function finish(first, last)
             redis.call('HSET', KEYS[1], 'gid', last)
-            local max_global = tonumber(ARGV[5])
             local step = math.max(math.floor(max_global / 16), 1)
             if last > max_global and math.floor(last / step) ~= math.floor((first - 1) / step) then
               redis.call('ZREMRANGEBYSCORE', refs, '-inf', last - max_global)
@@ -96,8 +100,8 @@ module Herald
           end
           local n = #KEYS - 3
           if n == 1 then -- one record (no concurrency): the same steps without the tables
-            local set, key, size, slack = KEYS[4], ARGV[7], tonumber(ARGV[9]), tonumber(ARGV[11])
-            local trim_first = tonumber(ARGV[12])
+            local set, key = KEYS[4], ARGV[5]
+            local size, ttl, slack, trim_first = struct.unpack('>dddd', ARGV[7])
             gid = gid + 1
             local mid = redis.call('HINCRBY', KEYS[2], key, 1)
             if mid <= floor then
@@ -105,20 +109,21 @@ module Herald
               redis.call('HSET', KEYS[2], key, mid)
             end
             local ids = struct.pack('>dd', gid, mid)
-            redis.call('ZADD', set, mid, ids .. ARGV[8])
+            redis.call('ZADD', set, mid, ids .. ARGV[6])
             redis.call('ZADD', refs, gid, string.sub(ids, 9, 16) .. set)
             local cut = (trim_first > 0) and (mid - 1 - trim_first) or 0
             if mid > size and (mid - size) % (slack + 1) == 0 then cut = math.max(cut, mid - size) end
             if cut > 0 then trim(set, cut) end
-            expire(set, tonumber(ARGV[10]))
+            expire(set, ttl)
             finish(gid, gid)
-            redis.call('PUBLISH', ARGV[6], string.format('%d', gid) .. ',' .. key)
-            return {epoch, reset, gid, mid}
+            redis.call('PUBLISH', ARGV[4], string.format('%d', gid) .. ',' .. key)
+            if fresh then return {gid, mid} end
+            return {gid, mid, epoch, reset}
           end
           -- Channel ids: one HINCRBY per channel for all its records (ids above the floor after a reset).
           local count, keys = {}, {}
           for i = 1, n do
-            local key = ARGV[7 + (i - 1) * 6]
+            local key = ARGV[5 + (i - 1) * 3]
             if not count[key] then keys[#keys + 1] = key end
             count[key] = (count[key] or 0) + 1
           end
@@ -132,12 +137,12 @@ module Herald
             next_mid[key] = mid
           end
           local first = gid + 1
-          local out = {epoch, reset, first}
+          local out = {first}
           local sets, adds, cut, ttl_of, ref_args, last_of = {}, {}, {}, {}, {}, {}
           for i = 1, n do
-            local a, set = 6 + (i - 1) * 6, KEYS[3 + i]
-            local key, size, ttl = ARGV[a + 1], tonumber(ARGV[a + 3]), tonumber(ARGV[a + 4])
-            local slack, trim_first = tonumber(ARGV[a + 5]), tonumber(ARGV[a + 6])
+            local a, set = 4 + (i - 1) * 3, KEYS[3 + i]
+            local key = ARGV[a + 1]
+            local size, ttl, slack, trim_first = struct.unpack('>dddd', ARGV[a + 3])
             gid = gid + 1
             local mid = next_mid[key]
             next_mid[key] = mid + 1
@@ -168,7 +173,11 @@ module Herald
           finish(first, gid)
           for i = 1, #last_of do
             local key = last_of[i]
-            redis.call('PUBLISH', ARGV[6], string.format('%d', last_of[key]) .. ',' .. key)
+            redis.call('PUBLISH', ARGV[4], string.format('%d', last_of[key]) .. ',' .. key)
+          end
+          if not fresh then
+            out[#out + 1] = epoch
+            out[#out + 1] = reset
           end
           return out
         LUA
