@@ -69,6 +69,27 @@ class FanOutTest < Minitest::Test
     parked(@mw, 0)
   end
 
+  # A fan-out that answers every reader of its channel drops that channel's entry of the index at once; the
+  # readers parked under other channels as well must leave those entries too, or the next message there would
+  # find closed connections (and the index would keep them). Readers of one channel alone, and readers of both,
+  # and a poll on the other channel only that stays parked through the fan-out.
+  def test_answering_every_reader_of_a_channel_unindexes_them_from_their_other_channels
+    both = Array.new(6) { |i| @server.request({"/chat" => nil, "/other" => nil}, client: "both#{i}", headers: {"Dont-Chunk" => "t"}) }
+    alone = Array.new(4) { |i| park(i) }
+    other = @server.request({"/other" => nil}, client: "other", headers: {"Dont-Chunk" => "t"})
+    parked(@mw, 11)
+    @bus.publish("/chat", DATA)
+    (both + alone).each { |s| assert_equal [DATA], ids(JSON.parse(Server.read(s)[2].force_encoding(Encoding::UTF_8))) }
+    parked(@mw, 1)
+    index = @mw.reactor.instance_variable_get(:@index)
+    assert_equal ["/other"], index.keys
+    assert_equal ["other"], index["/other"].keys.map { |conn| conn.client.id }
+    @bus.publish("/other", "after")
+    assert_equal ["after"], ids(JSON.parse(Server.read(other)[2]))
+    parked(@mw, 0)
+    assert_empty index
+  end
+
   # A reply larger than the socket takes at once: the fast path leaves the rest pending, unindexes the
   # client, and the event loop writes the rest as the reader drains it, then closes.
   def test_a_reply_larger_than_the_socket_buffer

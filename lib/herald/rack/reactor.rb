@@ -291,51 +291,94 @@ module Herald
           end
         end
         replies = {} # extra header lines => {bits => the shared reply bytes}
+        finished = []
+        stragglers = []
         polls.each do |conn, bits|
-          conn.write_reply((replies[conn.extra_headers] ||= {})[bits] ||= poll_reply(batch, bits, conn.extra_headers))
+          bytes = (replies[conn.extra_headers] ||= {})[bits] ||= poll_reply(batch, bits, conn.extra_headers)
+          (conn.write_reply(bytes) ? finished : stragglers) << conn
           trace&.wrote
         end
-        after_fan_out(polls.keys, others, trace, started, taken: polls)
+        after_fan_out(finished, stragglers, others, trace, started, taken: polls)
       end
 
+      # The usual fan-out: one message. Per reader only what cannot wait: its position, its permission when the
+      # message is targeted, and the write of the shared reply (the same bytes for every reader with the same
+      # extra headers: one header-set comparison, no lookup, while they repeat). A reply the kernel took whole
+      # leaves its connection closed but its socket open; after the last write those are unindexed together
+      # and their sockets closed in one pass (after_fan_out).
       def fan_out_one(msg)
         @cursor = msg.global_id if msg.global_id > @cursor
-        readers = @index[Client.key(msg.channel, msg.site_id)] or return
+        key = Client.key(msg.channel, msg.site_id)
+        readers = @index[key] or return
         started = now
         trace = @trace&.start(msg)
         check = checked?(msg)
-        replies = {} # extra header lines => the shared reply bytes
-        answered = []
+        channel = msg.channel
+        id = msg.message_id
+        headers = reply = replies = nil # the last reader's header lines and their reply; other header sets
+        finished = [] # answered readers whose reply the kernel took whole: closed, their sockets still open
+        stragglers = [] # the other answered ones: their reply partly written, or their write failed
         others = nil
         readers.each_key do |conn|
-          next unless take?(conn, msg, check: check)
-          if conn.shared_reply?
-            conn.write_reply(replies[conn.extra_headers] ||= @wire.poll_reply(msg, conn.extra_headers))
-            answered << conn
-            trace&.wrote
-          else
-            ((others ||= {}.compare_by_identity)[conn] = [msg])
+          positions = conn.client.positions
+          next if id <= (positions[channel] || 0)
+          positions[channel] = id
+          next if check && !allowed?(conn, msg)
+          unless conn.shared_reply?
+            (others ||= {}.compare_by_identity)[conn] = [msg]
+            next
           end
+          unless conn.extra_headers == headers
+            headers = conn.extra_headers
+            reply = (replies ||= {})[headers] ||= @wire.poll_reply(msg, headers)
+          end
+          (conn.write_reply(reply) ? finished : stragglers) << conn
+          trace&.wrote
         end
-        after_fan_out(answered, others, trace, started)
+        after_fan_out(finished, stragglers, others, trace, started, key: key)
       end
 
-      # The bookkeeping after the writes: unindex the answered polls, deliver to the other readers; the closes
-      # come later (release_later). taken: each answered poll's bits (fan_out), for deliver.herald's message
-      # count; one message without.
-      def after_fan_out(answered, others, trace, started, taken: nil)
+      # The bookkeeping after the writes: unindex the answered polls, deliver to the other readers, close the
+      # sockets of the finished replies (now, or after close_delay). Stragglers (a reply partly written, or a
+      # failed write) close through their connection (#release_closed). taken: each answered poll's bits
+      # (fan_out), for deliver.herald's message count; one message without. key: the channel key of a
+      # one-message fan-out, whose readers may be unindexed at once.
+      def after_fan_out(finished, stragglers, others, trace, started, taken: nil, key: nil)
         took = now - started
-        trace&.written(answered.size)
+        trace&.written(finished.size + stragglers.size)
         if Instrumentation.listening?(Connection::DELIVER)
-          answered.each { |conn| conn.delivered(taken ? taken[conn].to_s(2).count("1") : 1) }
+          [finished, stragglers].each do |list|
+            list.each { |conn| conn.delivered(taken ? taken[conn].to_s(2).count("1") : 1) }
+          end
         end
-        answered.each do |conn|
-          remove(conn)
-          settle(conn)
-          conn.unwatch if conn.closed?
+        unindex(finished, stragglers, key)
+        stragglers.each do |conn|
+          next unless conn.closed?
+          @writing.delete(conn)
+          conn.unwatch
         end
         others&.each { |conn, msgs| deliver(conn, msgs) }
+        release_finished(finished)
         release_later(took, trace)
+      end
+
+      # Sockets whose whole reply is out: closed now, or with the other closed ones after close_delay.
+      def release_finished(finished)
+        if @close_delay.zero?
+          finished.each(&:release)
+        else
+          finished.each(&:unwatch)
+          @released.concat(finished)
+        end
+      end
+
+      # Forgets answered polls. When they are all of key's readers (the usual one-message fan-out), key's
+      # entry goes at once instead of one reader at a time; readers under other keys as well leave those.
+      def unindex(finished, stragglers, key)
+        readers = key && @index[key]
+        gone = (readers && readers.size == finished.size + stragglers.size && @index.delete(key)) ? key : nil
+        finished.each { |conn| remove(conn, gone) }
+        stragglers.each { |conn| remove(conn, gone) }
       end
 
       # Whether a message needs each reader's permission checked: targeted, or client message filters set.
@@ -407,12 +450,17 @@ module Herald
         remove(conn)
       end
 
-      def remove(conn)
+      # Forgets a connection (unindexes it); always true. gone: a key whose whole entry was dropped already
+      # (#unindex), nothing to look up there.
+      def remove(conn, gone = nil)
         return true unless conn.indexed
         conn.indexed = false
         client = conn.client
         @clients.delete(client.id) if @clients[client.id].equal?(conn)
-        client.keys.each do |key|
+        keys = client.keys
+        return true if gone && keys.size == 1
+        keys.each do |key|
+          next if key == gone
           readers = @index[key] or next
           readers.delete(conn)
           @index.delete(key) if readers.empty?

@@ -33,11 +33,23 @@ module Herald
       # A JSON long poll that has written nothing: its reply can be a message's shared bytes (#write_reply).
       def shared_reply? = @mode == :poll && @encoding == :json && !@closed && @pending.nil?
 
-      # The fan-out's fast path: the whole reply (Wire#poll_reply for this client's extra headers) now, the
-      # close once it is out. Unindexing is the event loop's, after every reader was written to.
+      # The fan-out's fast path, for a connection that is #shared_reply?: the whole reply (Wire#poll_reply for
+      # this client's extra headers) now. True when the kernel took all of it: the connection is closed then and
+      # its socket left open for the event loop to close (#release) after the fan-out, with the others, without
+      # a callback per client. False when the rest waits for the socket to turn writable (closed once it is
+      # out: #flush) or the write failed (dropped: #on_close).
       def write_reply(bytes)
-        write(bytes)
-        finish_stream
+        if write_or_queue(bytes)
+          @closed = true
+          return true
+        end
+        @closing = true
+        @stalled_since = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        @want_write&.call(self)
+        false
+      rescue IOError, SystemCallError
+        drop
+        false
       end
 
       # Bytes for the client; never blocks.
