@@ -62,4 +62,32 @@ class CodecTest < Minitest::Test
     bus.publish("/c", 1, site_id: 42)
     assert_equal ["42"], bus.backlog("/c", site_id: "42").map(&:site_id)
   end
+
+  # The bus remembers channels it checked (Bus::VALID_NAMES): a name with the same bytes in another
+  # encoding, or a String changed after its publish, is checked again, and names come back as UTF-8.
+  def test_checked_channels_let_no_lookalike_through
+    bus = Herald::Bus.new(store: @store)
+    3.times { bus.publish("/é😀", 1) }
+    assert_raises(Herald::InvalidMessageError) { bus.publish("/é😀".b, 1) }
+    assert_raises(Herald::InvalidMessageError) { bus.publish("/é".encode("ISO-8859-1"), 1) }
+    assert_raises(Herald::InvalidMessageError) { bus.publish("/é😀\xFF", 1) }
+    ascii = String.new("/plain", encoding: Encoding::BINARY)
+    2.times { bus.publish(ascii, 1) }
+    bus.publish("/plain", 1)
+    assert_equal [Encoding::UTF_8] * 3, bus.backlog("/plain").map { |m| m.channel.encoding }
+    name = +"/mutable"
+    bus.publish(name, 1)
+    name << "$|$site"
+    assert_raises(ArgumentError) { bus.publish(name, 1) }
+    assert_equal [1, 1, 1], [bus.backlog("/é😀").size / 3, bus.backlog("/mutable").size, bus.backlog("/plain").size / 3]
+    assert_equal 0, bus.backlog(name).size
+  end
+
+  def test_checked_channels_are_forgotten_past_the_limit
+    bus = Herald::Bus.new(store: @store)
+    (Herald::Bus::VALID_NAMES + 5).times { |i| bus.publish("/c#{i}", i) }
+    assert_operator bus.instance_variable_get(:@valid_names).size, :<=, Herald::Bus::VALID_NAMES
+    assert_raises(Herald::InvalidMessageError) { bus.publish("/c1\xFF", 1) }
+    assert_equal Herald::Bus::VALID_NAMES + 5, @store.last_global_id
+  end
 end

@@ -9,6 +9,10 @@ module Herald
   # reported to `on_error` and never stops the others.
   class Bus
     GLOBAL_PREFIX = "/global/"
+    # Channels whose names were checked, kept by each bus: checking a name again was a tenth of a publish's
+    # instructions. A Hash finds a String by its bytes and encoding (a name with the same bytes in an
+    # encoding it is not valid in is not found), so what it holds stays valid; past this many it starts over.
+    VALID_NAMES = 1024
     # How long the dispatcher blocks in one wait: also the longest a new subscription waits for its backlog.
     WAIT_SLICE = 0.1
     BATCH = 1000
@@ -26,6 +30,7 @@ module Herald
       @pending = [] # new subscriptions, caught up by the dispatcher before they go live
       @dispatcher = nil
       @closed = false
+      @valid_names = {} # channel => its name as stored (UTF-8, frozen): the channels checked so far
     end
 
     # Returns the message's per-channel id, as message_bus does. (Keywords spelled out: forwarding
@@ -40,8 +45,12 @@ module Herald
     def publish_message(channel, data, user_ids: nil, group_ids: nil, client_ids: nil, site_id: nil,
       max_backlog_size: nil, max_backlog_age: nil)
       raise ClosedError, "bus is closed" if @closed
-      site_id = validate!(channel, user_ids, group_ids, client_ids, site_id)
-      channel = utf8(channel)
+      # A channel published to before, without a site or targets, needs no checks again (VALID_NAMES).
+      if site_id || user_ids || group_ids || client_ids || !(name = @valid_names[channel])
+        site_id = validate!(channel, user_ids, group_ids, client_ids, site_id)
+        name = valid_name(channel)
+      end
+      channel = name
       bytes = @codec.encode(data)
       unless Instrumentation.listening?(PUBLISH_MESSAGE)
         return append(channel, bytes, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age)
@@ -124,6 +133,13 @@ module Herald
     def append(channel, bytes, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age)
       @store.append(channel, bytes, codec: @codec, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids,
         site_id: site_id, max_backlog_size: max_backlog_size, max_backlog_age: max_backlog_age)
+    end
+
+    # The channel's name as stored, remembered once validate! accepted it.
+    def valid_name(channel)
+      name = utf8(channel)
+      @valid_names.clear if @valid_names.size >= VALID_NAMES
+      @valid_names[channel] = name
     end
 
     def validate!(channel, user_ids, group_ids, client_ids, site_id)

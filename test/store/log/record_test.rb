@@ -1,0 +1,53 @@
+# frozen_string_literal: true
+
+require_relative "../../test_helper"
+
+# Record.encode builds a frame with one pack into a reused buffer (cut back with "@0", not cleared) and
+# patches its CRC in: the bytes must be the documented layout whatever came before in the buffer.
+class LogRecordTest < Minitest::Test
+  Record = Herald::Store::Log::Record
+
+  # The layout of record.rb's comment, built independently of encode.
+  def expected(gid, mid, channel, site_id, payload, codec_id, at, targets, max_size, max_age)
+    site = site_id.to_s.b
+    packed = targets ? MessagePack.pack(targets) : "".b
+    flags = ((max_size || max_age) ? 1 : 0) | (site_id ? 2 : 0)
+    word = codec_id | (flags << 8) | (channel.bytesize << 16) | (site.bytesize << 32) | ([packed.bytesize, 0xffff].min << 48)
+    body = [gid, mid, word, packed.bytesize, at, max_size || 0, max_age || 0.0].pack("Q<Q<Q<L<EL<E") +
+      channel.b + site + packed + payload.b
+    [body.bytesize, Zlib.crc32(body)].pack("L<L<") + body
+  end
+
+  def test_frames_match_the_layout_in_a_reused_buffer
+    seed = Integer(ENV.fetch("SEED", rand(1 << 30)))
+    puts "SEED=#{seed}" if ENV["VERBOSE"]
+    random = Random.new(seed)
+    texts = ["", "/a", "/é/😀", "\0\xFF".b, "x" * 300, "é" * 5000]
+    buffer = String.new(encoding: Encoding::BINARY)
+    300.times do
+      args = [random.rand(1 << 62), random.rand(1 << 40), texts.sample(random: random)[0, 1000],
+        [nil, "", "sité"].sample(random: random), (texts + [MessagePack.pack(["é", 1])]).sample(random: random),
+        random.rand(1..2), random.rand * 1e9, [nil, [[1, "é"], nil, ["c"]], [["x" * 70_000], nil, nil]].sample(random: random),
+        [nil, 5].sample(random: random), [nil, 2.5].sample(random: random)]
+      frame = Record.encode(buffer, *args)
+      assert_same buffer, frame
+      assert_equal expected(*args), frame, "SEED=#{seed}"
+      assert_equal frame.bytesize - Record::FRAME_SIZE, Record.check(frame, 0, frame.bytesize)
+      msg = Record.decode(frame, 0, frame.bytesize - Record::FRAME_SIZE)
+      assert_equal [args[0], args[1], args[2].b, args[4].b], [msg.global_id, msg.message_id, msg.channel.b, msg.payload.b]
+    end
+  end
+
+  # A buffer that shares its bytes (a dup, a slice to its end) cannot be cut back by "@0": it is cleared.
+  def test_a_shared_buffer_is_cleared_and_a_frozen_one_refused
+    buffer = String.new(encoding: Encoding::BINARY)
+    args = [7, 3, "/c", nil, "{}", 1, 1.5, nil, nil, nil]
+    Record.encode(buffer, 8, 4, "/longer-channel-name", "site", "x" * 100, 1, 1.5, nil, nil, nil)
+    copy = buffer.dup
+    tail = buffer.byteslice(10..)
+    assert_equal expected(*args), Record.encode(buffer, *args)
+    assert_equal expected(8, 4, "/longer-channel-name", "site", "x" * 100, 1, 1.5, nil, nil, nil), copy
+    assert_equal copy.byteslice(10..), tail
+    assert_raises(FrozenError) { Record.encode(buffer.freeze, *args) }
+  end
+end
