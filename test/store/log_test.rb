@@ -35,6 +35,23 @@ class LogStoreTest < Minitest::Test
     end
   end
 
+  # An append wakes waiters only when some wait (Log#append_locked counts them): every waiter, also after
+  # others timed out or were woken, is woken at once, not at its timeout.
+  def test_append_wakes_every_waiter_at_once
+    store = build_store
+    store.wait(0, timeout: 0.01) # timed out: no longer counted
+    3.times do |round|
+      last = store.last_global_id
+      waiters = Array.new(round + 1) { Thread.new { store.wait(last, timeout: 10) } }
+      sleep 0.05 until waiters.all? { |t| t.status == "sleep" }
+      started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+      store.append("/a", "é😀", codec: Herald::Codec::Json)
+      assert_equal [last + 1] * (round + 1), waiters.map(&:value)
+      assert_operator Process.clock_gettime(Process::CLOCK_MONOTONIC) - started, :<, 5, "woken by the append, not the timeout"
+    end
+    assert_equal 0, store.instance_variable_get(:@waiting)
+  end
+
   # An empty directory name would put the log's files into the current directory.
   def test_an_empty_directory_is_refused
     assert_raises(ArgumentError) { Herald::Store::Log.new(dir: "") }

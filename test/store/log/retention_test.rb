@@ -52,6 +52,32 @@ class LogRetentionTest < Minitest::Test
     assert_equal [9, 10, 11], again.backlog("/small", 0).map(&:data)
   end
 
+  # Which segments hold a retained message is worked out when a segment is full (Index#live_segments), from
+  # the channels' backlogs: channels of different sizes, interleaved, some spanning many segments. A segment
+  # holding a retained message is never deleted; once retired, every old segment left holds one.
+  def test_only_segments_without_retained_messages_are_deleted
+    seed = Integer(ENV.fetch("SEED", rand(1 << 30)))
+    random = Random.new(seed)
+    store = open_store
+    sizes = {"/one" => 1, "/few" => 3, "/many" => 40, "/rare" => 7, "/é😀" => 5}
+    800.times do |i|
+      channel = (random.rand < 0.02) ? "/rare" : sizes.keys.sample(random: random)
+      append(store, channel, "#{i}#{"x" * random.rand(0..60)}", max_backlog_size: sizes[channel])
+      next unless i % 50 == 49
+      store.send(:retire) if i % 100 == 99
+      bases = segments.map { |f| Integer(File.basename(f, ".log"), 10) }
+      retained = sizes.keys.flat_map { |c| store.backlog(c, 0).map(&:global_id) }
+      holding = retained.map { |id| bases.select { |b| b <= id }.max }
+      assert holding.none?(&:nil?), "SEED=#{seed}: a retained message's segment was deleted"
+      if i % 100 == 99
+        assert_equal bases[0...-1], bases[0...-1] & holding, "SEED=#{seed}: a segment left after retire holds nothing retained"
+      end
+    end
+    store.close
+    again = open_store
+    sizes.each_key { |c| assert_equal store.backlog(c, 0).map(&:payload), again.backlog(c, 0).map(&:payload), "SEED=#{seed}" }
+  end
+
   private
 
   def open_store(**options) = Herald::Store::Log.new(dir: @dir, fsync: :never, segment_bytes: 1024, **options).tap { |s| (@stores ||= []) << s }

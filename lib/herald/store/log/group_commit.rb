@@ -186,7 +186,7 @@ module Herald
           storing { @segments.last.write(@batch_buffer) }
           @syncer.written
           batch.each { |p| @index.add(p.message, p.key, p.retention) }
-          @appended.broadcast
+          @appended.broadcast if @waiting > 0
           @segments.last
         ensure
           @staged = 0

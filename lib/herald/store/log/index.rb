@@ -24,7 +24,6 @@ module Herald
           @last_global_id = 0
           @last_added = 0 # global id of the last message added (a snapshot's floor does not count)
           @bases = [] # first global id of every segment, ascending
-          @live = Hash.new(0) # segment first id => retained messages in it
         end
 
         def add_segment(first_id)
@@ -34,10 +33,26 @@ module Herald
 
         def remove_segment(first_id)
           @bases.delete(first_id)
-          @live.delete(first_id)
         end
 
-        def live_in?(first_id) = @live[first_id] > 0
+        # The segments (first ids => true) that still hold a retained message. Asked only when a segment is
+        # full (Log#retire), so add and drop keep no count per segment (two hash updates and a search on
+        # every publish, a tenth of Index#add): each channel's messages are in global id order, so it takes
+        # one search per segment they span.
+        def live_segments
+          live = {}
+          @channels.each_value do |ch|
+            msgs = ch.messages
+            i = 0
+            while (m = msgs[i])
+              k = (@bases.bsearch_index { |b| b > m.global_id } || @bases.size) - 1
+              live[@bases[k]] = true
+              following = @bases[k + 1] or break
+              i = msgs.bsearch_index { |x| x.global_id >= following } or break
+            end
+          end
+          live
+        end
 
         # Ids above `id` only from now on (records may have been lost, Reservation).
         def raise_floor(id)
@@ -65,23 +80,35 @@ module Herald
         def last_id(key) = @channels[key]&.last_id || 0
 
         # A message read from (or just written to) the log, in global id order.
-        def add(msg, key, retention = nil)
-          ch = channel(key)
+        def add(msg, key, retention = nil) = add_to(channel(key), msg, retention)
+
+        # The same, for the channel's entry (Log#append looked it up already).
+        def add_to(ch, msg, retention)
           # A record without retention was published with the defaults (a channel's other retention is
           # written into each of its records), whatever a snapshot restored for the channel since.
-          ch.max_size = retention ? retention[0] || ch.max_size : @max_size
-          age = retention ? retention[1] || ch.max_age : @max_age
-          change_age(ch, age, msg.message_id) if age != ch.max_age
-          ch.last_id = msg.message_id if msg.message_id > ch.last_id
+          if retention
+            max_size = ch.max_size = retention[0] || ch.max_size
+            age = retention[1] || ch.max_age
+          else
+            max_size = ch.max_size = @max_size
+            age = @max_age
+          end
+          id = msg.message_id
+          change_age(ch, age, id) if age != ch.max_age
+          ch.last_id = id if id > ch.last_id
+          messages = ch.messages
           # Timestamps out of order (the clock went backwards): expiry is no longer a prefix of the backlog.
-          ch.stepped_back = true if (last = ch.messages.last) && msg.created_at < last.created_at
-          @last_global_id = msg.global_id if msg.global_id > @last_global_id
-          @last_added = msg.global_id
-          ch.messages << msg
+          ch.stepped_back = true if (last = messages.last) && msg.created_at < last.created_at
+          gid = msg.global_id
+          @last_global_id = gid if gid > @last_global_id
+          @last_added = gid
+          messages << msg
           @global << msg
           @retained += 1
-          @live[segment_of(msg.global_id)] += 1
-          drop(ch.messages.shift) while ch.messages.size > ch.max_size
+          while messages.size > max_size
+            messages.shift
+            @retained -= 1
+          end
           # Here, not only when the global backlog is read: a process nobody reads it in (a web worker that
           # publishes or serves channel backlogs, with no subscriber) kept every message it ever saw.
           drop_dropped if @global.size > 4 * @retained + COMPACT_SLACK
@@ -140,9 +167,8 @@ module Herald
           ch.ages.reverse_each { |from, age| return age if msg.message_id >= from }
         end
 
-        def drop(msg)
+        def drop(_msg)
           @retained -= 1
-          @live[segment_of(msg.global_id)] -= 1
         end
 
         def retained?(msg, at)
@@ -169,13 +195,6 @@ module Herald
         def compact
           cutoff = now
           @global.select! { |m| retained?(m, cutoff) }
-        end
-
-        def segment_of(global_id)
-          last = @bases.last
-          return last if last.nil? || global_id >= last # appends land in the newest segment
-          i = @bases.bsearch_index { |b| b > global_id } || @bases.size
-          @bases[i - 1]
         end
 
         def now = Process.clock_gettime(Process::CLOCK_REALTIME)

@@ -14,6 +14,7 @@ module Herald
           @pid = ForkTracker.pid
           @lock = Monitor.new
           @appended = @lock.new_cond
+          @waiting = 0 # threads in Log#wait
           @closed = false
           @watchers ||= Watchers.new # kept by a reopen after a fork (a watcher of the parent's is skipped: its pid)
           @names = {}
@@ -45,6 +46,7 @@ module Herald
             @pid = ForkTracker.pid
             @lock = Monitor.new
             @appended = @lock.new_cond
+            @waiting = 0
             return if @closed
             # The inherited descriptor shares the parent's flock (its lease): closing our copy leaves the
             # parent's alone, and keeps a dead parent's lease from outliving it in us.
@@ -219,7 +221,8 @@ module Herald
 
         def retire
           @index.expire_all
-          dead = @segments[0...-1].reject { |s| @index.live_in?(s.first_id) }
+          live = @index.live_segments
+          dead = @segments[0...-1].reject { |s| live[s.first_id] }
           return if dead.empty?
           @directory.write_atomically("STATE", JSON.generate(@index.snapshot))
           dead.each do |segment|

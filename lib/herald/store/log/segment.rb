@@ -79,10 +79,8 @@ module Herald
         def write(frame)
           @io.sysseek(@size) unless @offset == @size
           @offset = nil # until the whole frame is in
-          written = 0
-          while written < frame.bytesize
-            written += write_keeping_gvl(written.zero? ? frame : frame.byteslice(written..))
-          end
+          written = write_keeping_gvl(frame)
+          written += write_keeping_gvl(frame.byteslice(written..)) while written < frame.bytesize
           @size += written
           @offset = @size
         rescue SystemCallError

@@ -64,9 +64,10 @@ module Herald
         end
 
         # Pokes every other open store of this directory. Never blocks: a peer whose buffer is full has
-        # a wakeup pending already.
-        def notify
-          refresh_peers
+        # a wakeup pending already. `now`: the monotonic clock, when the caller just read it.
+        def notify(now = Process.clock_gettime(Process::CLOCK_MONOTONIC))
+          refresh_peers(now) if now - @peers_at >= PEERS_TTL
+          return if @peers.empty?
           dead = nil
           @peers.each do |name, addr|
             @sender.sendmsg_nonblock(POKE, 0, addr, exception: false)
@@ -183,9 +184,7 @@ module Herald
           sleep POLL
         end
 
-        def refresh_peers
-          now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-          return if now - @peers_at < PEERS_TTL
+        def refresh_peers(now)
           @peers_at = now
           return @peers = [] unless @prefix
           own = "#{@own}-" # this store's watchers: woken by Log#append itself (Store::Watchers)
