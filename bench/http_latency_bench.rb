@@ -7,8 +7,10 @@
 # The client is a small C program (bench/support/latency_client.c, compiled with cc into tmp/ when the bench
 # starts): it opens the N connections, sends the same message_bus poll requests as a browser would
 # (Dont-Chunk long polls), waits with epoll and stamps each reply's arrival with CLOCK_REALTIME right after
-# the read that completed it, the clock the publish was stamped with. It costs ~1-2 us of CPU per reply,
-# so on 2 shared cores it leaves the CPU to the server being measured; the Ruby client
+# the read that completed it, the clock the publish was stamped with. It costs 5-10 us of CPU per reply here,
+# nearly all of it the kernel's read(2) on loopback (its reply buffers are touched before the publish: their
+# first-touch page faults took a third of that inside the measured window), and on 2 shared cores that is
+# CPU the server being measured does not get: at 10,000 clients 50-100 ms of a core. The Ruby client
 # (bench/support/http_clients.rb, nio4r; BENCH_CLIENT=ruby, and the fallback without a C compiler) spends
 # tens of microseconds per reply, as much as the server's writes, so its figures were largely its own.
 # Every row uses the same client. "client CPU/client": the client process's own CPU per client over the round

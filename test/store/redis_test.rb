@@ -160,7 +160,7 @@ class RedisStoreTest < Minitest::Test
     assert_equal 3, calls["hincrby"], calls.inspect # one per channel, one for the global ids
     assert_equal 0, calls["hset"], calls.inspect
     assert_equal 1, calls["hmget"], calls.inspect
-    assert_equal 2, calls["pttl"], calls.inspect
+    assert_equal 1, calls["pttl"], calls.inspect # /c0's set was checked by its first publish
     assert_equal 2, calls["publish"], calls.inspect
     assert_equal (2..7).to_a, ids.each_slice(2).map(&:first).map(&:last)
     assert_equal (1..6).to_a, ids.each_slice(2).map(&:last).map(&:last)
@@ -215,6 +215,35 @@ class RedisStoreTest < Minitest::Test
     ttl = redis.call("PTTL", "#{@store.namespace}:ch:/ttl")
     assert_operator ttl, :>, 99_000
     assert_operator ttl, :<=, 100_000 + 100_000 / 16
+  ensure
+    redis&.close
+  end
+
+  # A process asks the script to check a set's expiry (PTTL) only when the last check it made does not
+  # cover the new record (it did on every publish), and whenever the set may be new to it: a longer
+  # age, a set that expired, a set flushed and recovered by another process.
+  def test_the_channel_expiry_is_checked_only_when_the_last_check_does_not_cover_the_record
+    redis = RedisClient.new(url: url)
+    ttl = -> { redis.call("PTTL", "#{@store.namespace}:ch:/x") }
+    before = command_calls(redis)
+    20.times { |i| append("/x", "#{i} é🎉", max_backlog_age: 100) }
+    assert_equal 1, command_calls(redis, before)["pttl"]
+    assert_operator ttl.call, :>, 100_000
+    append("/x", "longer", max_backlog_age: 1000)
+    assert_operator ttl.call, :>, 1_000_000
+    append("/short", "a", max_backlog_age: 1)
+    sleep 1.2 # the set expires (1 s + 1/16)
+    assert_equal 0, redis.call("EXISTS", "#{@store.namespace}:ch:/short")
+    append("/short", "b", max_backlog_age: 1)
+    assert_operator redis.call("PTTL", "#{@store.namespace}:ch:/short"), :>, 900
+    other = twin_store(@store, on_reset: ->(*) {})
+    append("/y", 1, store: other)
+    append("/x", "before the flush")
+    redis.call("DEL", "#{@store.namespace}:meta", "#{@store.namespace}:ids", "#{@store.namespace}:ch:/x")
+    append("/y", 2, store: other) # recovers: a new epoch
+    append("/x", "after")
+    assert_operator ttl.call, :>, 1_000_000, "the set made after the flush has an expiry"
+    assert_equal ["after"], @store.backlog("/x", 0).map(&:data)
   ensure
     redis&.close
   end

@@ -98,6 +98,7 @@ module Herald
         @namespace = namespace
         @max_global = max_global_backlog_size
         @retentions = {} # [size, ttl_ms, slack, trim_first] => its packed argument: they repeat
+        @checked = {} # channel key => until when its set outlives new records (APPEND's expiry check)
         @on_reset = on_reset || ->(old, new) { Herald.logger.warn "Redis store #{namespace} was reset (epoch #{old} -> #{new}): ids restart above the old ones" }
         @meta_key = "#{namespace}:meta"
         @ids_key = "#{namespace}:ids"
@@ -234,15 +235,20 @@ module Herald
       def clock_floor = Process.clock_gettime(Process::CLOCK_REALTIME, :second) << 20
 
       # What APPEND takes for one record: [channel_key, tail, retention] (Scripts::APPEND: retention is
-      # max_size, ttl_ms, slack and trim_first packed). A batched trim leaves up to size/16 extra records:
-      # when the size grows, they go first (trimmed exactly to the old size), or the larger size would
-      # bring back what was already dropped.
+      # max_size, ttl_ms, slack and trim_first packed), then, when the script is to check the set's expiry,
+      # until when that check will keep the set (else nil). A batched trim leaves up to size/16 extra
+      # records: when the size grows, they go first (trimmed exactly to the old size), or the larger size
+      # would bring back what was already dropped.
       def request(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age)
         key = Store.channel_key(channel, site_id)
         before = @retention.for(key).first
         size, age = @retention.for(key, max_size, max_age)
         tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
-        [key, tail, retention_arg(size, (age * 1000).ceil, (before == size) ? size / 16 : 0, (before < size) ? before : 0)]
+        ttl = (age * 1000).ceil
+        now = Process.clock_gettime(Process::CLOCK_REALTIME)
+        checked = @checked[key]
+        kept = (checked.nil? || now + age > checked) ? now + (ttl + [ttl / 16, 60_000].min / 2.0) / 1000.0 : nil
+        [key, tail, retention_arg(size, kept ? ttl : -ttl, (before == size) ? size / 16 : 0, (before < size) ? before : 0), kept]
       end
 
       def retention_arg(*numbers)
@@ -262,7 +268,7 @@ module Herald
         command = ["EVALSHA", Scripts::APPEND.sha, NUMKEYS[n] || (3 + n).to_s, @meta_key, @ids_key, @global_key]
         requests.each { |request| command << channel_key(request[0]) }
         command.push(@epoch || "", [@high, clock_floor, @max_global].pack("G3"), @next_epoch, @wake_channel)
-        requests.each { |request| command.concat(request) }
+        requests.each { |request| command.push(request[0], request[1], request[2]) }
         reply = write { |r| call_script(r, command, Scripts::APPEND) }
         first = reply[0]
         if reply.size > n + 1
@@ -270,12 +276,20 @@ module Herald
         elsif first + n - 1 > @high
           @high = first + n - 1
         end
+        requests.each { |request| checked(request[0], request[3]) if request[3] } # after `saw` forgot the old epoch's
         i = 0
         requests.map do |request|
           i += 1
           @notifier.notify(first + i - 1, request[0])
           [first + i - 1, reply[i]]
         end
+      end
+
+      # The set of channel `key` is known to outlive any record published before `time` (wall clock,
+      # seconds): APPEND checked its expiry.
+      def checked(key, time)
+        @checked.clear if @checked.size > 10_000
+        @checked[key] = time
       end
 
       # `command` is EVALSHA's; a server that lost the script (restart, SCRIPT FLUSH) gets its source.
@@ -338,6 +352,7 @@ module Herald
         return if epoch.nil? || epoch == @epoch
         old = @epoch
         @epoch = epoch
+        @checked.clear # the sets may be gone: APPEND checks each again
         @next_epoch = Store.new_epoch if epoch == @next_epoch
         return unless old || reset
         @cache&.clear

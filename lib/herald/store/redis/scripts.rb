@@ -47,9 +47,13 @@ module Herald
         # epoch is not the caller's or the store was reset: the records get consecutive global ids in the
         # order given.
         # The server's work is per call and per channel, not per record: one HINCRBY per channel hands out
-        # its ids, one ZADD per channel stores its records, one ZADD stores every reference, one PTTL per
-        # channel (the set's expiry is pushed ttl/16, at most a minute, past the newest record's, so the
-        # PEXPIRE is rarely needed), one PUBLISH per channel.
+        # its ids, one ZADD per channel stores its records, one ZADD stores every reference, one PUBLISH
+        # per channel, and a PTTL per channel only when the caller asks for it: a negative ttl_ms says the
+        # caller checked the set lately and it outlives this record. A check keeps the set at least
+        # ttl + margin/2 ahead (margin: ttl/16, at most a minute) by pushing it ttl + margin ahead, so the
+        # PEXPIRE is rarely needed and a caller asks again only after margin/2. After a reset, or when
+        # the epoch is not the caller's (another process recovered: the sets the caller checked may be
+        # gone), every set is checked.
         # A channel is trimmed by message id (ids are dense within a run: no ZCARD), in batches: once every
         # slack + 1 records it drops what is `max_size` or more ids behind, so it holds at most
         # max_size + slack records; backlogs read newest-first with LIMIT max_size, so they stay exact.
@@ -86,8 +90,13 @@ module Herald
           -- read): a publish with a short max_backlog_age must not expire the others' messages.
           -- In milliseconds: TTL rounds to whole seconds, which cut a short age by up to half a second.
           local function expire(set, ttl)
-            if redis.call('PTTL', set) < ttl then
-              redis.call('PEXPIRE', set, ttl + math.min(math.floor(ttl / 16), 60000))
+            if ttl < 0 then
+              if fresh then return end
+              ttl = -ttl
+            end
+            local margin = math.min(math.floor(ttl / 16), 60000)
+            if redis.call('PTTL', set) < ttl + margin / 2 then
+              redis.call('PEXPIRE', set, ttl + margin)
             end
           end
           local function finish(first, last)
@@ -147,7 +156,7 @@ module Herald
             local add = adds[set]
             if not add then
               add = {}
-              adds[set], cut[set], ttl_of[set] = add, 0, 0
+              adds[set], cut[set], ttl_of[set] = add, 0, -1
               sets[#sets + 1] = set
             end
             add[#add + 1] = mid
@@ -156,7 +165,9 @@ module Herald
             ref_args[#ref_args + 1] = string.sub(ids, 9, 16) .. set
             if trim_first > 0 then cut[set] = math.max(cut[set], mid - 1 - trim_first) end
             if mid > size and (mid - size) % (slack + 1) == 0 then cut[set] = math.max(cut[set], mid - size) end
-            if ttl > ttl_of[set] then ttl_of[set] = ttl end
+            -- The longest ttl; positive (checked) when any record asks.
+            local longest = math.max(math.abs(ttl), math.abs(ttl_of[set]))
+            ttl_of[set] = (ttl > 0 or ttl_of[set] > 0) and longest or -longest
             out[#out + 1] = mid
             if not last_of[key] then last_of[#last_of + 1] = key end
             last_of[key] = gid
