@@ -52,6 +52,26 @@ class LogStoreTest < Minitest::Test
     assert_equal 0, store.instance_variable_get(:@waiting)
   end
 
+  # What append returns (Log::AppendedMessage, built positionally) is the message readers get back.
+  def test_append_returns_the_message_as_stored
+    store = build_store
+    at = Process.clock_gettime(Process::CLOCK_REALTIME) - 1.5
+    sent = [store.append("/é😀", '{"a":"\u0000"}', codec: Herald::Codec::Json, user_ids: [1, "é"], group_ids: ["g"],
+      client_ids: ["c"], site_id: "s", created_at: at),
+      store.append("/b", MessagePack.pack("\xFF".b), codec: Herald::Codec::Msgpack)]
+    assert sent.all?(Herald::Message)
+    fields = ->(m) { [m.global_id, m.message_id, m.channel, m.payload.b, m.codec, m.user_ids, m.group_ids, m.client_ids, m.site_id, m.data] }
+    assert_equal [1, 1, "/é😀", '{"a":"\u0000"}'.b, Herald::Codec::Json, [1, "é"], ["g"], ["c"], "s", {"a" => "\u0000"}], fields.call(sent[0])
+    assert_equal at, sent[0].created_at
+    assert_equal "\xFF".b, sent[1].data
+    store.close
+    again = Herald::Store::Log.new(dir: store.dir, fsync: :never)
+    read = again.global_backlog(0)
+    assert_equal sent.map(&fields), read.map(&fields)
+    assert_equal sent, read
+    again.close
+  end
+
   # An empty directory name would put the log's files into the current directory.
   def test_an_empty_directory_is_refused
     assert_raises(ArgumentError) { Herald::Store::Log.new(dir: "") }
