@@ -71,7 +71,11 @@ module Herald
         # pokes went out (reading the wakeup directory releases it), and hold it for its whole fan-out.
         @wakeup.notify(@used_at)
         @watchers.call
-        let_others_run
+        # The write keeps Ruby's GVL (Segment#write), so a thread publishing in a loop would hold it until
+        # Ruby's 100 ms time slice ends: the wakeup listener (another process asking for the write lease,
+        # appends to read), the fsync thread and other publishers would wait that long. So it is offered
+        # every PASS_EVERY appends; with nobody waiting, Thread.pass is one sched_yield.
+        Thread.pass if (@appends += 1) % PASS_EVERY == 0
         msg
       end
 
@@ -156,7 +160,7 @@ module Herald
       # `reserve`, `retention_for`, `stage` and `storing` do for a batch, written out for one record. Each
       # method layer cost a few hundred instructions, a tenth of a publish in all.
       def append_locked(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age)
-        writable!
+        writable! if @closed || @syncer.failure || !@write_lock
         begin
           take_lease unless @leased
           segment = @segments.last
@@ -250,14 +254,6 @@ module Herald
       end
 
       def intern(channel) = @names[channel] = -channel
-
-      # The write keeps Ruby's GVL (Segment#write), so a thread publishing in a loop would hold it until
-      # Ruby's 100 ms time slice ends: the wakeup listener (another process asking for the write lease,
-      # appends to read), the fsync thread and other publishers would wait that long. So it is offered
-      # every PASS_EVERY appends; with nobody waiting, Thread.pass is one sched_yield.
-      def let_others_run
-        Thread.pass if (@appends += 1) % PASS_EVERY == 0
-      end
 
       # Turns the OS's refusals into errors that say what to do. A failed write leaves no half record.
       def storing

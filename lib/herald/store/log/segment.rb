@@ -79,7 +79,8 @@ module Herald
         def write(frame)
           @io.sysseek(@size) unless @offset == @size
           @offset = nil # until the whole frame is in
-          written = write_keeping_gvl(frame)
+          written = @io.write_nonblock(frame, exception: false) # (write_keeping_gvl, inline: every append)
+          written = @io.syswrite(frame) if written == :wait_writable
           written += write_keeping_gvl(frame.byteslice(written..)) while written < frame.bytesize
           @size += written
           @offset = @size
