@@ -13,6 +13,9 @@
 #   BENCH_THREADS=1,4,8 BENCH_OPS=4000 ... (defaults 1,4 and 4000)
 #   OLD_LIB=/tmp/old/lib ... adds the rows of another checkout of Herald
 #     (git archive main lib | tar -x -C /tmp/old), measured in the same rounds (several: comma-separated)
+#   BENCH_CALLGRIND=1 ... also counts the user-space instructions redis-server runs per publish
+#     (a second redis-server under valgrind --tool=callgrind; BENCH_CALLGRIND_OPS publishes per row,
+#     default 600): a figure no other load on the machine changes. The kernel's share (sockets) is not in it.
 require "json"
 require_relative "support/script_worker"
 require "rbconfig"
@@ -150,3 +153,47 @@ rows.each do |name, _, _|
 end
 puts
 workers.each_value { |w| w.io.close }
+
+# Instructions per publish in redis-server, counted by callgrind: each dump holds what ran since the last.
+if ENV["BENCH_CALLGRIND"]
+  require "tmpdir"
+  require "socket"
+  cg_ops = Integer(ENV.fetch("BENCH_CALLGRIND_OPS", "600"))
+  dir = Dir.mktmpdir("herald-callgrind")
+  port = TCPServer.open("127.0.0.1", 0) { |s| s.addr[1] }
+  pid = Process.spawn("valgrind", "--tool=callgrind", "--callgrind-out-file=#{dir}/cg.%p", "redis-server", "--port", port.to_s,
+    "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", dir, out: File::NULL, err: File::NULL)
+  cg_url = "redis://127.0.0.1:#{port}/0"
+  cg_redis = nil
+  120.times do
+    cg_redis = RedisClient.new(url: cg_url).tap { |r| r.call("PING") }
+    break
+  rescue RedisClient::ConnectionError
+    sleep 0.5
+  end
+  raise "redis-server under valgrind did not start" unless cg_redis
+  dump = lambda do
+    system("callgrind_control", "-d", pid.to_s, out: File::NULL, err: File::NULL)
+    file = Dir["#{dir}/cg.*"].max_by { |f| File.mtime(f) }
+    File.read(file)[/^summary: (\d+)/, 1].to_i.tap { Dir["#{dir}/cg.*"].each { |f| File.delete(f) } }
+  end
+  cg_workers = libs.each_with_index.to_h { |(name, lib), i| [name, spawn_worker(lib, cg_url, "cg#{i}")] }
+  puts "#### redis-server instructions per publish (callgrind, #{cg_ops} publishes per row after 1,200 to fill the backlogs)", ""
+  puts "| | instructions/publish | vs message_bus |", "|---|---:|---:|"
+  THREAD_COUNTS.each do |t|
+    counts = cg_workers.to_h do |name, w|
+      w.run(t, 1200) # backlogs full: both libraries trim as they go
+      dump.call
+      w.run(t, cg_ops)
+      [name, dump.call.fdiv(cg_ops)]
+    end
+    base = counts.values.first
+    counts.each { |name, ir| puts format("| %s, %d thread%s | %s | %.2fx |", name, t, (t > 1) ? "s" : "", Bench.humanize(ir), ir / base) }
+  end
+  puts
+  cg_workers.each_value { |w| w.io.close }
+  cg_redis.close
+  Process.kill(:TERM, pid)
+  Process.wait(pid)
+  FileUtils.rm_rf(dir)
+end

@@ -25,6 +25,8 @@ module Bench
       new(io)
     end
 
+    attr_reader :io # the benches close it when done
+
     def initialize(io) = @io = io
 
     def run(*args)
