@@ -198,8 +198,13 @@ module Herald
           channel = @names[channel] || intern(channel)
           at = created_at || Process.clock_gettime(Process::CLOCK_REALTIME)
           mid = ((ch.last_id < @channel_floor) ? @channel_floor : ch.last_id) + 1
-          targets = [user_ids, group_ids, client_ids] if user_ids || group_ids || client_ids
-          Record.encode(@buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
+          if site_id || user_ids || group_ids || client_ids
+            targets = [user_ids, group_ids, client_ids] if user_ids || group_ids || client_ids
+            Record.encode(@buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
+          else
+            parts = constant_parts(ch, channel, codec.id, retention)
+            Record.encode_constant(@buffer, gid, mid, at, parts[3], parts[4], payload)
+          end
           msg = AppendedMessage.new(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
           begin
             segment.write(@buffer)
@@ -213,6 +218,15 @@ module Herald
         ensure
           after_append
         end
+      end
+
+      # The channel's Record.constant_parts for this codec and retention: packed again only when they change.
+      def constant_parts(ch, channel, codec_id, retention)
+        max_size = retention&.[](0)
+        max_age = retention&.[](1)
+        parts = ch.record
+        return parts if parts && parts[0] == codec_id && parts[1] == max_size && parts[2] == max_age
+        ch.record = [codec_id, max_size, max_age, *Record.constant_parts(channel, codec_id, max_size, max_age)].freeze
       end
 
       def writable!
