@@ -52,6 +52,61 @@ class LogStoreTest < Minitest::Test
     assert_equal 0, store.instance_variable_get(:@waiting)
   end
 
+  # What append returns (Log::AppendedMessage, built positionally) is the message readers get back.
+  def test_append_returns_the_message_as_stored
+    store = build_store
+    at = Process.clock_gettime(Process::CLOCK_REALTIME) - 1.5
+    sent = [store.append("/é😀", '{"a":"\u0000"}', codec: Herald::Codec::Json, user_ids: [1, "é"], group_ids: ["g"],
+      client_ids: ["c"], site_id: "s", created_at: at),
+      store.append("/b", MessagePack.pack("\xFF".b), codec: Herald::Codec::Msgpack)]
+    assert sent.all?(Herald::Message)
+    fields = ->(m) { [m.global_id, m.message_id, m.channel, m.payload.b, m.codec, m.user_ids, m.group_ids, m.client_ids, m.site_id, m.data] }
+    assert_equal [1, 1, "/é😀", '{"a":"\u0000"}'.b, Herald::Codec::Json, [1, "é"], ["g"], ["c"], "s", {"a" => "\u0000"}], fields.call(sent[0])
+    assert_equal at, sent[0].created_at
+    assert_equal "\xFF".b, sent[1].data
+    store.close
+    again = Herald::Store::Log.new(dir: store.dir, fsync: :never)
+    read = again.global_backlog(0)
+    assert_equal sent.map(&fields), read.map(&fields)
+    assert_equal sent, read
+    again.close
+  end
+
+  # A channel's records are built from bytes it keeps (Log#constant_parts) until the codec or the retention
+  # a publish names changes: each record on disk carries its own codec and retention (read back here with
+  # Record), and reads back the same after reopen.
+  def test_records_of_a_channel_keep_their_codec_and_retention
+    store = build_store
+    json = Herald::Codec::Json
+    msgpack = Herald::Codec::Msgpack
+    week = Herald::Store::DEFAULT_MAX_BACKLOG_AGE.to_f
+    plan = [[json, {}, nil], [json, {max_backlog_size: 2}, [2, week]], [json, {}, [2, week]], [msgpack, {}, [2, week]],
+      [msgpack, {max_backlog_age: 3600}, [2, 3600.0]], [msgpack, {}, [2, 3600.0]],
+      [json, {max_backlog_size: 1000, max_backlog_age: week}, [1000, week]], [json, {}, nil], [json, {}, nil]]
+    plan.each_with_index do |(codec, retention, _), i|
+      store.append("/c", codec.encode({"i" => i, "t" => "é😀\0"}), codec: codec, **retention)
+      store.append("/c", codec.encode(i), codec: codec, site_id: "s") # the general encoder, same channel name
+    end
+    files = Dir[File.join(store.dir, "*.log")]
+    assert_equal 1, files.size
+    buffer = File.binread(files.first)
+    on_disk = []
+    pos = 0
+    while pos < buffer.bytesize
+      length = Herald::Store::Log::Record.check(buffer, pos, buffer.bytesize)
+      msg = Herald::Store::Log::Record.decode(buffer, pos, length)
+      on_disk << [msg.codec, msg.data, Herald::Store::Log::Record.retention(buffer, pos)] unless msg.site_id
+      pos += Herald::Store::Log::Record::FRAME_SIZE + length
+    end
+    assert_equal plan.each_with_index.map { |(codec, _, kept), i| [codec, {"i" => i, "t" => "é😀\0"}, kept] }, on_disk
+    reads = [store, Herald::Store::Log.new(dir: store.dir, fsync: :never)].map do |s|
+      [s.backlog("/c", 0).map { |m| [m.codec, m.data] }, s.backlog("/c", 0, site_id: "s").map(&:data)]
+    end
+    assert_equal on_disk.last(5).map { |c, d, _| [c, d] }, reads[0][0], "trimmed to 2 until the seventh publish"
+    assert_equal (0...plan.size).to_a, reads[0][1]
+    assert_equal reads[0], reads[1]
+  end
+
   # An empty directory name would put the log's files into the current directory.
   def test_an_empty_directory_is_refused
     assert_raises(ArgumentError) { Herald::Store::Log.new(dir: "") }

@@ -38,6 +38,27 @@ class LogRecordTest < Minitest::Test
     end
   end
 
+  # Records without site and targets are built from their channel's constant parts: the same bytes.
+  def test_constant_parts_give_the_same_frames
+    seed = Integer(ENV.fetch("SEED", rand(1 << 30)))
+    random = Random.new(seed)
+    buffer = String.new(encoding: Encoding::BINARY)
+    300.times do
+      channel = ["/a", "/é/😀", "\0\xFF".b, "c" * 1000, ""].sample(random: random)
+      codec_id = random.rand(1..2)
+      max_size = [nil, 1, 2**31].sample(random: random)
+      max_age = [nil, 0.5, 86_400.0].sample(random: random)
+      payload = ["", "{}", "é" * 3000, MessagePack.pack("\xFF".b)].sample(random: random)
+      gid = random.rand(1 << 62)
+      at = random.rand * 1e9
+      head, tail = Record.constant_parts(channel, codec_id, max_size, max_age)
+      frame = Record.encode_constant(buffer, gid, 7, at, head, tail, payload)
+      assert_equal expected(gid, 7, channel, nil, payload, codec_id, at, nil, max_size, max_age), frame, "SEED=#{seed}"
+      assert_equal Record.encode(String.new(encoding: Encoding::BINARY), gid, 7, channel, nil, payload, codec_id, at, nil, max_size, max_age), frame
+    end
+    assert_raises(ArgumentError) { Record.constant_parts("c" * 0x10000, 1, nil, nil) }
+  end
+
   # A buffer that shares its bytes (a dup, a slice to its end) cannot be cut back by "@0": it is cleared.
   def test_a_shared_buffer_is_cleared_and_a_frozen_one_refused
     buffer = String.new(encoding: Encoding::BINARY)

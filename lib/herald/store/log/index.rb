@@ -10,7 +10,8 @@ module Herald
       class Index
         # ages: nil while the retained messages share max_age; else [[first message id, max_age], ...]
         # ascending: each message keeps the age it was published with (a changed age applies from then on).
-        Channel = Struct.new(:last_id, :messages, :max_size, :max_age, :stepped_back, :ages)
+        # record: what Log#append keeps of its records' constant bytes ([codec id, max size, max age, head, tail]).
+        Channel = Struct.new(:last_id, :messages, :max_size, :max_age, :stepped_back, :ages, :record)
         COMPACT_SLACK = 4096 # dropped messages the global list may hold beyond 3x the retained ones
 
         attr_reader :last_global_id, :channels, :last_added
