@@ -10,8 +10,8 @@ module Herald
       # each channel's sorted set (score message id, member the record: Store::Packed) and the global set
       # of references (score global id, member the record's message id as 8 bytes followed by the
       # channel set's key). A record is stored once, in its channel's set; the global set only points at
-      # it: references to records that are gone (trimmed from their channel, or the channel expired)
-      # point at nothing; global reads skip them and the global trim drops them.
+      # it, so trimming a channel removes its references too and an expired channel leaves references to
+      # nothing, which global reads skip (and the global trim drops).
       #
       # Schema 2. Schema 1 (Herald before the global references) kept a second copy of every record in
       # `<namespace>:global`; schema 2 keeps its references in `<namespace>:refs` (Redis::GLOBAL_KEY) and
@@ -62,11 +62,21 @@ module Herald
         # references are trimmed by global id the same way, every max_global / 16 ids.
         APPEND = script(RESET + <<~LUA)
           local refs = KEYS[3]
-          -- A trim leaves the trimmed records' references in refs: global reads skip them (as they skip
-          -- those of expired channels) and the global trim drops them. (Removing them meant reading every
-          -- trimmed record back: a tenth of the server's work per publish.)
+          -- A trim removes the trimmed records' references too, without reading the records back (that
+          -- was a tenth of the server's work per publish): a channel's ids are dense, so the references are
+          -- those of ids lowest..upto. When the count says the ids jumped (a reset), the references are
+          -- left: global reads skip them (as they skip those of expired channels), the global trim drops them.
           local function trim(set, upto)
-            redis.call('ZREMRANGEBYSCORE', set, '-inf', upto)
+            local lowest = redis.call('ZRANGE', set, 0, 0, 'WITHSCORES')[2]
+            if not lowest then return end
+            lowest = tonumber(lowest)
+            local removed = redis.call('ZREMRANGEBYSCORE', set, '-inf', upto)
+            if removed == 0 or removed ~= upto - lowest + 1 then return end
+            local old = {}
+            for mid = lowest, upto do old[#old + 1] = struct.pack('>d', mid) .. set end
+            for i = 1, #old, 1000 do
+              redis.call('ZREM', refs, unpack(old, i, math.min(i + 999, #old)))
+            end
           end
           local n = #KEYS - 3
           -- The global ids: one HINCRBY (the previous id is what the reset checks compare); a reset
@@ -191,7 +201,7 @@ module Herald
         LUA
 
         # KEYS refs; ARGV after_global_id limit. The records of the next `limit` references, oldest first,
-        # skipping references whose record is gone (trimmed, or its channel expired). Returns {references_read,
+        # skipping references whose record is gone (its channel expired). Returns {references_read,
         # global_id_of_the_last_one_read, record ...}.
         GLOBAL = script(<<~LUA)
           local found = redis.call('ZRANGE', KEYS[1], '(' .. ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, ARGV[2], 'WITHSCORES')
