@@ -26,7 +26,8 @@ class RedisBatcherTest < Minitest::Test
     results = Array.new(8) { |t| Thread.new { Array.new(50) { |i| ["#{t} #{i} é🎉\u0000", b.call("#{t} #{i} é🎉\u0000")] } } }.flat_map(&:value)
     results.each { |sent, got| assert_equal sent.reverse, got }
     assert_equal 400, @sizes.sum
-    assert_operator @sizes.size, :<, 100, "#{@sizes.size} calls for 400 concurrent requests: #{@sizes.tally}"
+    # Quiet: ~51 calls (8 a call); a loaded machine reached 102 once. One call each would be 400.
+    assert_operator @sizes.size, :<, 200, "#{@sizes.size} calls for 400 concurrent requests: #{@sizes.tally}"
     assert_operator @sizes.max, :<=, Batcher::MAX
   end
 
