@@ -52,7 +52,7 @@ class LogStoreTest < Minitest::Test
     assert_equal 0, store.instance_variable_get(:@waiting)
   end
 
-  # What append returns (Log::AppendedMessage, built positionally) is the message readers get back.
+  # What append returns (Message::Built, built positionally) is the message readers get back.
   def test_append_returns_the_message_as_stored
     store = build_store
     at = Process.clock_gettime(Process::CLOCK_REALTIME) - 1.5

@@ -38,23 +38,6 @@ module Herald
 
       attr_reader :dir, :fsync, :corrupt_records
 
-      # A message this process appended. Built with positional arguments by `new` (Message.build goes
-      # through `allocate` and a `__send__` of ten arguments: 700 instructions more, on every publish).
-      class AppendedMessage < Message
-        def initialize(global_id, message_id, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id) # standard:disable Lint/MissingSuper
-          @global_id = global_id
-          @message_id = message_id
-          @channel = channel
-          @payload = payload
-          @codec = codec
-          @created_at = created_at
-          @user_ids = user_ids
-          @group_ids = group_ids
-          @client_ids = client_ids
-          @site_id = site_id
-        end
-      end
-
       def initialize(dir:, fsync: :interval, segment_bytes: DEFAULT_SEGMENT_BYTES,
         max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 30)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
@@ -205,7 +188,7 @@ module Herald
             parts = constant_parts(ch, channel, codec.id, retention)
             Record.encode_constant(@buffer, gid, mid, at, parts[3], parts[4], payload)
           end
-          msg = AppendedMessage.new(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
+          msg = Message::Built.new(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
           begin
             segment.write(@buffer)
           rescue SystemCallError => e
@@ -256,7 +239,7 @@ module Herald
         gid = @index.last_global_id + 1 + @staged
         mid = ((ch.last_id < @channel_floor) ? @channel_floor : ch.last_id) + 1 + pending
         Record.encode(buffer, gid, mid, channel, site_id, payload, codec.id, at, targets, retention&.[](0), retention&.[](1))
-        AppendedMessage.new(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
+        Message::Built.new(gid, mid, channel, payload, codec, at, user_ids, group_ids, client_ids, site_id)
       end
 
       # Ids up to `last` are reserved on disk before they are handed out (Reservation); the log written so
