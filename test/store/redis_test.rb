@@ -82,6 +82,36 @@ class RedisStoreTest < Minitest::Test
     assert_equal %w[x], s.backlog("/a", ids[0][1] - 1).map(&:data)
   end
 
+  # A read that began before another thread saw a reset must not bring the old epoch back. Here the
+  # other thread's publish (which recovers the flushed store) runs at the moment the reader's reply,
+  # taken before the flush, is being recorded: where a thread switch can put it. Before: the reader
+  # set the old epoch again and called on_reset(new, old); the next publish called on_reset(old, new).
+  def test_a_read_from_before_a_reset_does_not_bring_the_old_epoch_back
+    resets = []
+    s = store(on_reset: ->(old, new) { resets << [old, new] })
+    append("/a", 1, store: s)
+    old = s.epoch
+    namespace = s.namespace
+    injected = false
+    publish = -> { append("/a", 2, store: s) }
+    s.singleton_class.prepend(Module.new do
+      define_method(:saw) do |epoch, gid, reset, *known|
+        unless injected
+          injected = true
+          RedisClient.new(url: Herald::TestServers.redis_url).then { |r| r.call("DEL", "#{namespace}:meta", "#{namespace}:ids").tap { r.close } }
+          Thread.new { publish.call }.join # another thread's publish: recovers
+        end
+        super(epoch, gid, reset, *known)
+      end
+    end)
+    s.last_global_id # read before the flush, recorded after the other thread's recovery
+    new = s.epoch
+    refute_equal old, new
+    append("/a", 3, store: s)
+    assert_equal [[old, new]], resets
+    assert_equal new, s.epoch
+  end
+
   def test_a_read_only_replica_is_a_named_error
     replica = Herald::TestServers.redis_replica_url
     s = Herald::Store::Redis.new(url: replica, namespace: "ro")

@@ -140,8 +140,9 @@ module Herald
       end
 
       def last_global_id
+        known = @epoch
         epoch, gid = read { |r| r.call_v(["HMGET", @meta_key, "epoch", "gid"]) }
-        observe(epoch, gid.to_i)
+        observe(epoch, gid.to_i, known)
       end
 
       # Newest first, at most the channel's size (trimming is batched), then put back in order.
@@ -267,12 +268,13 @@ module Herald
         n = requests.size
         command = ["EVALSHA", Scripts::APPEND.sha, NUMKEYS[n] || (3 + n).to_s, @meta_key, @ids_key, @global_key]
         requests.each { |request| command << channel_key(request[0]) }
-        command.push(@epoch || "", [@high, clock_floor, @max_global].pack("G3"), @next_epoch, @wake_channel)
+        known = @epoch
+        command.push(known || "", [@high, clock_floor, @max_global].pack("G3"), @next_epoch, @wake_channel)
         requests.each { |request| command.push(request[0], request[1], request[2]) }
         reply = write { |r| call_script(r, command, Scripts::APPEND) }
         first = reply[0]
         if reply.size > n + 1
-          saw(reply[n + 1], first + n - 1, reply[n + 2] == 1)
+          saw(reply[n + 1], first + n - 1, reply[n + 2] == 1, known)
         elsif first + n - 1 > @high
           @high = first + n - 1
         end
@@ -335,21 +337,27 @@ module Herald
       # Records what the server answered. A missing epoch is set (this process's first contact with an
       # empty store), so that a later restart or flush is noticed; a missing or changed epoch after one
       # was known, or ids below what this process has seen, is a reset, recovered from by RECOVER.
-      def observe(epoch, gid)
+      def observe(epoch, gid, known)
         if epoch.nil? || gid < @high
+          known = @epoch
           epoch, gid, reset = write do |r|
-            evalsha_with(r, Scripts::RECOVER, [@meta_key, @epoch || "", @high, clock_floor, @next_epoch, @wake_channel], keys: 1)
+            evalsha_with(r, Scripts::RECOVER, [@meta_key, known || "", @high, clock_floor, @next_epoch, @wake_channel], keys: 1)
           end
         end
-        saw(epoch, gid, reset == 1)
+        saw(epoch, gid, reset == 1, known)
         gid
       end
 
       # A new epoch after a known one means the data this process read may be gone: the cached backlogs go
       # (other processes drop theirs on the keyless wakeup the scripts publish) and the app is told.
-      def saw(epoch, gid, reset)
+      # `known` is the epoch this process knew when the command was sent: when another thread has seen a
+      # different one since, this answer may predate it (a read from before a reset another thread has
+      # recovered from) and its epoch is not taken: it would bring the old epoch back and report a reset
+      # from the new one to the old. If it was the newer one after all, the next contact tells (a publish
+      # answers with the epoch when it is not the caller's; the listener checks every CHECK_EVERY).
+      def saw(epoch, gid, reset, known)
         @high = gid if gid > @high
-        return if epoch.nil? || epoch == @epoch
+        return if epoch.nil? || epoch == @epoch || !known.equal?(@epoch)
         old = @epoch
         @epoch = epoch
         @checked.clear # the sets may be gone: APPEND checks each again
