@@ -8,11 +8,18 @@
  *
  *   cc -O2 -pthread -o /tmp/group_commit bench/support/group_commit.c
  *   /tmp/group_commit FILE ROUNDS GATHER_US [THREADS]    # e.g. /tmp/group_commit herald-gc.dat 3 500
+ *   /tmp/group_commit FILE - GATHER_US                    # as a bench worker (bench/log_ab_bench.rb)
+ *
+ * As a worker it prints "ready", then answers each line "THREADS RECORDS" with one line of JSON:
+ * [records/s, 0 objects, CPU us a record, syncs a record, us a sync, null, null, records a sync,
+ *  voluntary and involuntary context switches a record] (the columns of log_ab_bench.rb's Ruby worker).
  */
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -20,6 +27,7 @@ static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t changed = PTHREAD_COND_INITIALIZER;
 static int fd, gather_us, threads, live, pending, syncing;
 static long queued, synced, syncs, per_thread;
+static double sync_seconds;
 static char record[90 * 64];
 
 static double now(void) {
@@ -52,8 +60,12 @@ static void *publisher(void *arg) {
       long upto = queued;
       pending = 0;
       pthread_mutex_unlock(&lock);
-      if (write(fd, record, 90 * (batch < 64 ? batch : 64)) < 0 || fdatasync(fd)) { perror("write/fdatasync"); exit(1); }
+      if (write(fd, record, 90 * (batch < 64 ? batch : 64)) < 0) { perror("write"); exit(1); }
+      double started = now();
+      if (fdatasync(fd)) { perror("fdatasync"); exit(1); }
+      double took = now() - started;
       pthread_mutex_lock(&lock);
+      sync_seconds += took;
       synced = upto;
       syncing = 0;
       syncs++;
@@ -68,15 +80,32 @@ static void *publisher(void *arg) {
   return NULL;
 }
 
-static double run(int n_threads, long records) {
+static double cpu_seconds(struct rusage *u) {
+  return u->ru_utime.tv_sec + u->ru_utime.tv_usec / 1e6 + u->ru_stime.tv_sec + u->ru_stime.tv_usec / 1e6;
+}
+
+static double run(int n_threads, long records, int json) {
   pthread_t t[64];
+  struct rusage before, after;
   threads = live = n_threads;
   per_thread = records / n_threads;
   queued = synced = syncs = 0;
+  sync_seconds = 0;
+  getrusage(RUSAGE_SELF, &before);
   double started = now();
   for (int i = 0; i < n_threads; i++) pthread_create(&t[i], NULL, publisher, NULL);
   for (int i = 0; i < n_threads; i++) pthread_join(t[i], NULL);
-  double rate = n_threads * per_thread / (now() - started);
+  double wall = now() - started;
+  getrusage(RUSAGE_SELF, &after);
+  long n = n_threads * per_thread;
+  double rate = n / wall;
+  if (json) {
+    printf("[%.1f,0,%.2f,%.4f,%.1f,null,null,%.3f,%.3f,%.3f]\n", rate, (cpu_seconds(&after) - cpu_seconds(&before)) * 1e6 / n,
+      (double)syncs / n, sync_seconds * 1e6 / syncs, (double)n / syncs, (double)(after.ru_nvcsw - before.ru_nvcsw) / n,
+      (double)(after.ru_nivcsw - before.ru_nivcsw) / n);
+    fflush(stdout);
+    return rate;
+  }
   printf("  %d threads: %.0f records/s, %.2f records a sync\n", n_threads, rate, (double)n_threads * per_thread / syncs);
   return rate;
 }
@@ -85,11 +114,21 @@ int main(int argc, char **argv) {
   if (argc < 4) { fprintf(stderr, "usage: %s FILE ROUNDS GATHER_US [THREADS]\n", argv[0]); return 2; }
   fd = open(argv[1], O_WRONLY | O_CREAT | O_TRUNC | O_APPEND, 0644);
   if (fd < 0) { perror(argv[1]); return 1; }
-  int rounds = atoi(argv[2]), n = argc > 4 ? atoi(argv[4]) : 8;
   gather_us = atoi(argv[3]);
+  if (strcmp(argv[2], "-") == 0) {
+    int n_threads;
+    long records;
+    printf("ready\n");
+    fflush(stdout);
+    while (scanf("%d %ld", &n_threads, &records) == 2)
+      if (n_threads >= 1 && n_threads <= 64 && records >= n_threads) run(n_threads, records, 1);
+    unlink(argv[1]);
+    return 0;
+  }
+  int rounds = atoi(argv[2]), n = argc > 4 ? atoi(argv[4]) : 8;
   if (n < 1 || n > 64) n = 8;
   for (int r = 0; r < rounds; r++) {
-    double one = run(1, 600), many = run(n, 3000);
+    double one = run(1, 600, 0), many = run(n, 3000, 0);
     printf("%d threads / 1 thread: %.2fx\n", n, many / one);
   }
   unlink(argv[1]);
