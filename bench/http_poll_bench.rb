@@ -55,7 +55,14 @@ end
 
 abort "bench/http_poll_bench.rb needs wrk (apt-get install wrk)" unless system("which wrk > /dev/null")
 
+# BENCH_OLD_ROOT=/tmp/old adds a row of the middleware on Puma served by another tree's lib (made with
+# `git archive main lib test/support | tar -x -C /tmp/old`), in the same alternating rounds: an A/B comparison
+# that the machine's drifting load hits alike. Several trees: comma-separated.
+OLD_ROOTS = ENV.fetch("BENCH_OLD_ROOT", "").split(",").map { |root| File.expand_path(root) }
 IMPLS = Bench::IMPLS.merge(Bench::FRONT_IMPLS)
+if Bench::IMPLS.value?("herald")
+  OLD_ROOTS.each { |root| IMPLS["Herald middleware (#{File.basename(root)})"] = ["herald", [], root] }
+end
 IMPLS.empty? or Dir.mktmpdir("herald-wrk") do |tmp|
   script = File.join(tmp, "poll.lua")
   File.write(script, LUA)
@@ -104,7 +111,9 @@ IMPLS.empty? or Dir.mktmpdir("herald-wrk") do |tmp|
       end
       s.add(floor_name, Bench.median(floor_rates), unit: "req/s", samples: floor_rates, extra: format("%.0f us CPU/req", Bench.median(cpu[floor_name]))) if floor_rates
     end
-    mb, herald = rates.values_at(*Bench::IMPLS.keys).map { |list| list && Bench.median(list) }
+    median_of = ->(name) { rates[name].empty? ? nil : Bench.median(rates[name]) }
+    mb = median_of.call("message_bus 4.5.1 middleware")
+    herald = median_of.call("Herald middleware")
     front = rates[Bench::FRONT_IMPLS.keys.first].then { |list| list.empty? ? nil : Bench.median(list) }
     if mb && front
       puts format("Target: herald server >= 4x message_bus on Puma (goal 6x): %.2fx (%s); server CPU per request %.0f us vs %.0f us (%.2fx less).\n",
@@ -119,9 +128,16 @@ IMPLS.empty? or Dir.mktmpdir("herald-wrk") do |tmp|
     end
     if herald && floor_rates
       floor = Bench.median(floor_rates)
-      puts format("Target: the middleware on Puma >= 85%% of Puma's own 404: %.0f%% (%s); %.2fx message_bus. " \
-        "Per request Herald adds %.0f us to Puma's %.0f us, message_bus %.0f us.\n", 100 * herald / floor,
-        (herald / floor >= 0.85) ? "met" : "missed", herald / mb.to_f, 1e6 / herald - 1e6 / floor, 1e6 / floor, 1e6 / mb.to_f - 1e6 / floor)
+      puts format("Target: the middleware on Puma >= 85%% of Puma's own 404: %.0f%% (%s)%s. " \
+        "Per request Herald adds %.0f us to Puma's %.0f us%s.\n", 100 * herald / floor,
+        (herald / floor >= 0.85) ? "met" : "missed", mb ? format("; %.2fx message_bus", herald / mb) : "",
+        1e6 / herald - 1e6 / floor, 1e6 / floor, mb ? format(", message_bus %.0f us", 1e6 / mb - 1e6 / floor) : "")
+      OLD_ROOTS.each do |root|
+        name = "Herald middleware (#{File.basename(root)})"
+        old = median_of.call(name) or next
+        puts format("%s: %.0f%% of Puma's 404 (%.0f us CPU/request; this tree %.0f us).\n", name, 100 * old / floor,
+          Bench.median(cpu[name]), Bench.median(cpu["Herald middleware"]))
+      end
       prebuilt = rates[PREBUILT].then { |list| list.empty? ? nil : Bench.median(list) }
       if prebuilt
         puts format("Puma answering the same reply prebuilt: %.0f%% of its 404 rate (%.0f vs %.0f us CPU/request); " \

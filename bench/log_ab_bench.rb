@@ -13,6 +13,10 @@
 # Rows: Bus#publish of {"hello":"world","nums":[1,2,3]} to a Log with fsync :interval from 1 and 8 threads,
 # :always from 1 and 8 threads, and message_bus's memory backend publish (the envelope already encoded, as
 # bench/publish_bench.rb does). Prints median ops/s, spread, objects/op and the ratios the targets name.
+# Beside them, when cc builds it, the same group commit in C without Ruby's GVL (bench/support/group_commit.c:
+# 1 and 8 pthreads, each waiting for a sync that began after its record): what this disk and VM allow
+# 8 threads against one (docs/log.md, "8 threads against one, third pass").
+require "fileutils"
 require "json"
 require_relative "support/script_worker"
 require "rbconfig"
@@ -121,8 +125,23 @@ RUBY
 
 def spawn_worker(lib) = Bench::ScriptWorker.spawn(WORKER, lib)
 
+# The C group commit as a worker (answers "THREADS RECORDS" with the Ruby worker's columns), or nil when cc
+# cannot build it.
+def spawn_c_worker
+  source = File.expand_path("support/group_commit.c", __dir__)
+  binary = File.expand_path("../tmp/group_commit", __dir__)
+  FileUtils.mkdir_p(File.dirname(binary))
+  return warn("bench: cc could not build #{source}; no C rows") unless system(ENV.fetch("CC", "cc"), "-O2", "-pthread", "-o", binary, source)
+  dir = Dir.mktmpdir("herald-gc")
+  at_exit { FileUtils.rm_rf(dir) }
+  io = IO.popen([binary, File.join(dir, "gc.dat"), "-", "500"], "r+")
+  raise "#{binary} did not start" unless io.gets == "ready\n"
+  Bench::ScriptWorker.new(io)
+end
+
 workers = {"new" => spawn_worker(NEW_LIB), "message_bus" => spawn_worker("-")}
 workers["old"] = spawn_worker(OLD_LIB) if OLD_LIB
+(c = spawn_c_worker) and workers["c"] = c
 ops = ->(n) { [(n * SCALE).to_i, 8].max }
 rows = [["message_bus memory backend publish", "message_bus", "memory", ops.call(20_000)]]
 %w[old new].each do |v|
@@ -132,6 +151,11 @@ rows = [["message_bus memory backend publish", "message_bus", "memory", ops.call
   rows << ["#{label} :interval, 8 threads", v, "interval8", ops.call(20_000)]
   rows << ["#{label} :always, 1 thread", v, "always1", ops.call(300)]
   rows << ["#{label} :always, 8 threads", v, "always8", ops.call(2_000)]
+end
+C_LABEL = "C group commit without the GVL (bench/support/group_commit.c)"
+if workers["c"]
+  rows << ["#{C_LABEL}, 1 thread", "c", "1", ops.call(300)]
+  rows << ["#{C_LABEL}, 8 threads", "c", "8", ops.call(2_000)]
 end
 load_before = File.read("/proc/loadavg").split.first(3).join(" ")
 rows.each { |_, w, name, n| workers[w].run(name, [n / 10, 8].max) } # warm-up
@@ -161,8 +185,8 @@ puts "fsync :always inside the store, medians over rounds (where OLD_LIB has the
   "and in its staging and write (wall clock, us).", ""
 puts "| | fdatasync/publish | records/batch | sync us | sync to next write us | staging+write us |", "|---|---:|---:|---:|---:|---:|"
 show = ->(v) { v ? format("%.1f", v) : "-" }
-rows.each do |label, _, name|
-  next unless name.start_with?("always")
+rows.each do |label, w, name|
+  next unless name.start_with?("always") || w == "c"
   col = ->(i) { (v = samples[label].map { |x| x[i] }.compact).empty? ? nil : median.call(v) }
   puts format("| %s | %.3f | %s | %s | %s | %s |", label, col.call(3), show.call(col.call(7) || (1 / col.call(3) if col.call(3)&.positive?)),
     show.call(col.call(4)), show.call(col.call(5)), show.call(col.call(6)))
@@ -179,5 +203,10 @@ if OLD_LIB
   puts "- OLD_LIB: :interval 1 thread vs message_bus memory #{ratio.call("#{old} :interval, 1 thread", "message_bus memory backend publish")}, " \
     ":interval 8 threads vs 1 #{ratio.call("#{old} :interval, 8 threads", "#{old} :interval, 1 thread")}, " \
     ":always 8 threads vs 1 #{ratio.call("#{old} :always, 8 threads", "#{old} :always, 1 thread")}"
+end
+if workers["c"]
+  puts "- the C group commit without the GVL, 8 threads vs 1: #{ratio.call("#{C_LABEL}, 8 threads", "#{C_LABEL}, 1 thread")} " \
+    "(this disk's ceiling for threads sharing syncs); Herald :always 8 threads vs the C 8 threads: " \
+    "#{ratio.call("#{now} :always, 8 threads", "#{C_LABEL}, 8 threads")}"
 end
 workers.each_value { |w| w.io.close }

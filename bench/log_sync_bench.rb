@@ -9,6 +9,8 @@
 #               the data page and a cache flush)
 # each from 1 thread (one sync at a time, 1 or 8 records a write) and from 8 threads each writing its own
 # record and syncing at once (do concurrent syncs overlap?), and 1 thread while another process spins on a core.
+# Two rows wait GAP before each write, idle (sleep: both cores may halt) or busy (spinning): with 8 threads the
+# group commit's batch sync follows ~200 us of hand-offs during which the cores mostly idle (docs/log.md).
 #
 #   bundle exec ruby bench/log_sync_bench.rb        # BENCH_ROUNDS=5 BENCH_SYNCS=300
 require "tmpdir"
@@ -55,12 +57,30 @@ class Target
   def close = @io.close
 end
 
-def run(target, threads, per_write, spin: false)
+GAP = 0.0002
+
+def busy_wait(seconds)
+  stop = now + seconds
+  nil while now < stop
+end
+
+def run(target, threads, per_write, spin: false, gap: nil)
   bytes = RECORD * per_write
   spinner = fork { loop {} } if spin # a process, not a thread: a spinning thread keeps the GVL 100 ms at a time
   lat = []
   started = now
-  Array.new(threads) { Thread.new { Array.new(SYNCS / threads) { target.write_sync(bytes) } } }.each { |t| lat.concat(t.value) }
+  Array.new(threads) do
+    Thread.new do
+      Array.new(SYNCS / threads) do
+        if gap == :idle
+          sleep(GAP)
+        elsif gap == :busy
+          busy_wait(GAP)
+        end
+        target.write_sync(bytes)
+      end
+    end
+  end.each { |t| lat.concat(t.value) }
   wall = now - started
   if spinner
     Process.kill(:KILL, spinner)
@@ -78,6 +98,8 @@ Dir.mktmpdir("herald-sync", ENV.fetch("BENCH_DIR", Dir.pwd)) do |dir|
     "append, 1 thread, 1 record a sync" => -> { run(append, 1, 1) },
     "append, 1 thread, 8 records a sync" => -> { run(append, 1, 8) },
     "append, 1 thread, another process spinning" => -> { run(append, 1, 1, spin: true) },
+    "append, 1 thread, idle #{(GAP * 1e6).round} us (sleep) before each write" => -> { run(append, 1, 1, gap: :idle) },
+    "append, 1 thread, busy #{(GAP * 1e6).round} us (spin) before each write" => -> { run(append, 1, 1, gap: :busy) },
     "append, 8 threads syncing at once" => -> { run(append, 8, 1) },
     "append, 2 threads syncing at once, 4 records a sync" => -> { run(append, 2, 4) },
     "fallocate KEEP_SIZE ahead, append, 1 thread, 1 record a sync" => -> { run(kept, 1, 1) },

@@ -82,4 +82,46 @@ class InstrumentationTest < Minitest::Test
   ensure
     Herald::Instrumentation.unsubscribe(sub)
   end
+
+  # listening? is asked on every poll and keeps what it found out: ActiveSupport loaded after polls were
+  # answered (from the reply cache, which skips instrumented polls), and subscribers added after that on
+  # either side, must still get the next poll's event; once they are gone, polls are cached again.
+  LATE_SCRIPT = <<~RUBY
+    require "herald"
+    require "stringio"
+    require "json"
+    bus = Herald::Bus.new(store: Herald::Store::Memory.new)
+    bus.publish("/c", "x")
+    mw = Herald::Rack::Middleware.new(->(_env) { [404, {}, []] }, bus: bus)
+    poll = lambda do
+      env = {"REQUEST_METHOD" => "POST", "PATH_INFO" => "/message-bus/abc/poll", "QUERY_STRING" => "dlp=t",
+        "SERVER_PROTOCOL" => "HTTP/1.1", "CONTENT_TYPE" => "application/x-www-form-urlencoded", "rack.input" => StringIO.new("/c=0")}
+      status, _, body = mw.call(env)
+      raise "poll answered \#{status} \#{body.join}" unless status == 200 && JSON.parse(body.join).size == 1
+    end
+    seen = []
+    steps = {"unloaded" => Herald::Instrumentation.listening?("poll.herald")}
+    3.times { poll.call } # answered from the reply cache: nobody listens
+    require "active_support"
+    require "active_support/notifications"
+    poll.call # loaded, nobody listens yet
+    ActiveSupport::Notifications.subscribe("poll.herald") { |*, payload| seen << ["as", payload[:messages]] }
+    poll.call
+    sub = Herald::Instrumentation.subscribe("poll.herald") { |_name, payload, _| seen << ["cb", payload[:messages]] }
+    poll.call
+    Herald::Instrumentation.unsubscribe(sub)
+    ActiveSupport::Notifications.unsubscribe("poll.herald")
+    poll.call
+    steps["listening after unsubscribing"] = Herald::Instrumentation.listening?("poll.herald")
+    puts JSON.generate(steps: steps, seen: seen)
+  RUBY
+
+  def test_active_support_loaded_and_subscribed_late_still_sees_polls
+    lib = File.expand_path("../../lib", __dir__)
+    out, status = Open3.capture2e(RbConfig.ruby, "-I", lib, "-e", LATE_SCRIPT)
+    assert status.success?, out
+    result = JSON.parse(out.lines.last)
+    assert_equal({"unloaded" => false, "listening after unsubscribing" => false}, result["steps"])
+    assert_equal [["as", 1], ["as", 1], ["cb", 1]], result["seen"]
+  end
 end

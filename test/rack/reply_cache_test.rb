@@ -207,6 +207,47 @@ class ReplyCacheMiddlewareTest < Minitest::Test
     assert_equal [], ids(JSON.parse(poll(m, {"/chat" => 0}, query: "dlp=t").body))
   end
 
+  # The cached path builds its reply headers from a literal (Middleware#json_headers): they must be the
+  # middleware's own, and a new unfrozen Hash each time (Rack 3; a middleware in front may add to them).
+  def test_cached_replies_have_the_json_reply_headers
+    mw = middleware
+    @bus.publish("/chat", "x")
+    m = mock(mw)
+    2.times { poll(m, "/chat=0", query: "dlp=t") }
+    want = Herald::Rack::Middleware::REPLY_HEADERS.fetch(Herald::Rack::Middleware::JSON_TYPE)
+    a, b = Array.new(2) { mw.send(:json_headers) }
+    assert_equal want, a
+    refute a.frozen?
+    refute a.equal?(b)
+    env = ::Rack::MockRequest.env_for("/message-bus/c1/poll?dlp=t", :method => "POST", :input => "/chat=0", "CONTENT_TYPE" => FORM_TYPE, "SERVER_PROTOCOL" => "HTTP/1.1")
+    reads = @store.reads
+    status, headers, = mw.call(env)
+    assert_equal reads, @store.reads, "answered from the cache"
+    assert_equal [200, want], [status, headers]
+  end
+
+  # Middleware#poll_path? keeps its answer per path, at most MAX_PATHS of them: past that it starts again,
+  # and answers stay right (a refused id stays refused, a valid one is served from the cache).
+  def test_kept_path_checks_stay_right_past_their_limit
+    m = mock(mw = middleware)
+    @bus.publish("/chat", "x")
+    (Herald::Rack::Middleware::MAX_PATHS + 3).times do |i|
+      assert_equal 200, poll(m, {"/chat" => 0}, client: "c#{i}", query: "dlp=t").status
+    end
+    reads = @store.reads
+    2.times { assert_equal ["x"], ids(JSON.parse(poll(m, {"/chat" => 0}, client: "new", query: "dlp=t").body)) }
+    assert_equal reads, @store.reads, "answered from the cache"
+    assert_operator mw.instance_variable_get(:@poll_paths).size, :<=, Herald::Rack::Middleware::MAX_PATHS
+    2.times { assert_equal 400, poll(m, {"/chat" => 0}, client: "bad!id", query: "dlp=t").status }
+    2.times { assert_equal 400, poll(m, {"/chat" => 0}, client: "a" * 129, query: "dlp=t").status }
+    long = "/message-bus/#{"b" * 128}/#{"z" * 80}" # longer than MAX_PATH_BYTES: checked every time, not kept
+    2.times do
+      got = m.post("#{long}?dlp=t", :input => JSON.generate("/chat" => 0), "CONTENT_TYPE" => JSON_TYPE, "SERVER_PROTOCOL" => "HTTP/1.1")
+      assert_equal ["x"], ids(JSON.parse(got.body))
+    end
+    refute mw.instance_variable_get(:@poll_paths).key?(long)
+  end
+
   def test_instrumented_polls_each_get_their_event
     m = mock(middleware)
     @bus.publish("/chat", "x")
@@ -254,7 +295,7 @@ class ReplyCacheMiddlewareTest < Minitest::Test
         request = (requests.any? && rng.rand < 0.6) ? requests.last(6).sample(random: rng) : random_request(rng).tap { |r| requests << r }
         reads = @store.reads
         got = answer(cached, request)
-        hits += 1 if @store.reads == reads
+        hits += 1 if @store.reads == reads && got[0] == 200 # a refused request reads nothing either
         want = answer(plain, request)
         assert_equal want, got, "SEED=#{seed} (#{name}, step #{step}): #{request.inspect}"
       end
@@ -282,12 +323,15 @@ class ReplyCacheMiddlewareTest < Minitest::Test
     end
     env = {"HTTP_ACCEPT" => [nil, MSGPACK].sample(random: rng), "HTTP_ORIGIN" => [nil, "https://a.test", "https://b.test"].sample(random: rng),
            "HTTP_X_USER" => [nil, "1", "2"].sample(random: rng)}.compact
-    {client: CLIENTS.sample(random: rng), body: body, env: env}
+    # Mostly valid client ids; some the middleware refuses (400) or does not route (404), which the path
+    # check it keeps per path (Middleware#poll_path?) must answer as the uncached middleware does.
+    client = (rng.rand < 0.85) ? CLIENTS.sample(random: rng) : ["bad!id", "a" * 129, "%C3%BC", "", "ok~id.-_"].sample(random: rng)
+    {client: client, action: ["/poll", "/poll", "", "/x/y"].sample(random: rng), body: body, env: env}
   end
 
   def answer(mw, request)
     body, type = request[:body]
-    env = ::Rack::MockRequest.env_for("/message-bus/#{request[:client]}/poll?dlp=t",
+    env = ::Rack::MockRequest.env_for("/message-bus/#{request[:client]}#{request.fetch(:action, "/poll")}?dlp=t",
       {:method => "POST", :input => body, "CONTENT_TYPE" => type, "SERVER_PROTOCOL" => "HTTP/1.1"}.merge(request[:env]))
     status, headers, parts = mw.call(env)
     [status, headers.to_a.sort, parts.join.b]

@@ -41,6 +41,8 @@ module StoreContract
     assert_operator b1.global_id, :<, a2.global_id
     assert_equal a2.global_id, @store.last_global_id
     assert_equal({"/a" => 2, "/b" => 1}, @store.last_ids(["/a", "/b"]))
+    # Without the lock (Rack::ReplyCache asks on every poll): the same once appends have returned.
+    assert_equal a2.global_id, @store.peek_last_global_id if @store.respond_to?(:peek_last_global_id)
   end
 
   def test_backlog_returns_messages_after_id_with_data_and_targets

@@ -57,6 +57,9 @@ module Herald
       POST = "POST"
       # A client id (Responder::CLIENT_ID) at a position of the path, then a slash or the end.
       CLIENT_ID_AT = %r{\G[A-Za-z0-9_.~-]{1,128}(?=/|\z)}
+      # Paths whose poll_path? answer is kept, and how long such a path may be (a 32-character id's path is 50 bytes).
+      MAX_PATHS = 8192
+      MAX_PATH_BYTES = 200
 
       # The path prefix this middleware answers ("/message-bus/" by default): herald server answers these
       # requests on its event loop.
@@ -75,6 +78,7 @@ module Herald
         @cache_polls = @shareable && @options[:reply_cache]
         @plain_headers = !@options[:extra_response_headers_lookup] # the same headers for every JSON reply
         @reply_cache = nil
+        @poll_paths = {}
         @on_error = @options[:on_error] || ->(e) { Herald.logger.warn "http transport: #{e.class}: #{e.message}" }
         @lock = Mutex.new
         @reactor = nil
@@ -150,19 +154,43 @@ module Herald
       # same positions): the ReplyCache's body with this request's headers, before the path is split or a
       # Responder built (that work was most of what a poll cost beyond Puma's own). Otherwise nil
       # or a ReplyCache::Miss with the body read, under which the Responder keeps a shareable reply (when it
-      # has a cache: none for a request not to share).
+      # has a cache: none for a request not to share). Every wrk request of bench/http_poll_bench.rb comes
+      # here: bench/middleware_cpu_bench.rb counts its instructions.
       def cached(env, path)
-        from = @prefix.bytesize
-        return nil unless env["REQUEST_METHOD"] == POST && path.match?(CLIENT_ID_AT, from)
+        return nil unless env["REQUEST_METHOD"] == POST && poll_path?(path)
         return nil if Instrumentation.listening?(Responder::POLL) # every such poll gets its event
-        body = PollRequest.body(env, @options[:max_body_bytes]) or return nil
-        found = reply_cache.lookup(env, path, body)
+        type = env["CONTENT_TYPE"]
+        body = PollRequest.body(env, @options[:max_body_bytes], type) or return nil
+        found = ((@bus && @reply_cache) || reply_cache).find(env, body, type)
         # The body is read: the Responder gets it (rack.input need not rewind: Rack 3).
-        return found || ReplyCache::Miss.new(nil, body) unless found.is_a?(String)
+        return found || ReplyCache::Miss.new(nil, body) unless found.is_a?(ReplyCache::Entry)
         skip_session(env) if env.key?("rack.session.options")
-        return Responder.cached(self, env, found) unless @plain_headers && !env["HTTP_ACCEPT"]&.include?(MSGPACK_TYPE)
+        accept = found.accept # this request's
+        return Responder.cached(self, env, found.value) unless @plain_headers && !accept&.include?(MSGPACK_TYPE)
         env[Responder::SHARED_REPLY] = true
-        [200, REPLY_HEADERS[JSON_TYPE].dup, [found]]
+        [200, json_headers, [found.value]]
+      end
+
+      # REPLY_HEADERS[JSON_TYPE], as a literal: Ruby copies a literal Hash of Strings in one instruction
+      # (200 instructions; Hash#dup costs 1,300). A test keeps the two equal.
+      def json_headers
+        {"cache-control" => "must-revalidate, private, max-age=0", "content-type" => "application/json; charset=utf-8",
+         "pragma" => "no-cache", "expires" => "0"}
+      end
+
+      # True for a path whose reply may come from the ReplyCache: a valid client id after the prefix, then a
+      # slash or the end, and no SSE (never cached; any "/sse" after the prefix, as ReplyCache#lookup). The
+      # answer is kept per path, as clients poll again and again with theirs: the regex costs 5,000
+      # instructions on a 32-character id, more than a sixth of a cached reply. At most MAX_PATHS short paths
+      # are kept (then all are dropped); a lost race only checks a path twice (Hash ops are atomic under the GVL).
+      def poll_path?(path)
+        known = @poll_paths[path]
+        return known unless known.nil?
+        ok = path.match?(CLIENT_ID_AT, @prefix.bytesize) && !path.index(ReplyCache::SSE, @prefix.bytesize)
+        return ok if path.bytesize > MAX_PATH_BYTES
+        @poll_paths = {} if @poll_paths.size >= MAX_PATHS
+        @poll_paths[path] = ok # an unfrozen String key is copied and frozen by Hash#[]=
+        ok
       end
 
       # As message_bus's base_route=: a leading and a trailing slash, repeated slashes squeezed

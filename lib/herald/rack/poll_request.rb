@@ -15,6 +15,7 @@ module Herald
       MAX_CHANNEL_BYTES = 256
       INTEGER = /\A-?\d{1,19}\z/
       MULTIPART = %r{\Amultipart/form-data}i
+      FORM_VARS = "rack.request.form_vars"
 
       attr_reader :channels, :seq
 
@@ -33,15 +34,13 @@ module Herald
 
       # The request body as .from_env parses it, read within the limit; nil when the channels do not come
       # from it (forced by an upstream middleware, or a multipart form that Rack may have parsed already).
-      def self.body(env, max_body_bytes)
-        return nil if env.key?("message_bus.channels") || multipart?(env["CONTENT_TYPE"])
-        read_body(env, max_body_bytes)
-      end
-
-      # The regex only for a type starting with m (a regex match is ~10x a byte comparison; every poll asks).
-      def self.multipart?(type)
+      # type: env["CONTENT_TYPE"], when the caller has read it already (every env lookup hashes its key).
+      def self.body(env, max_body_bytes, type = env["CONTENT_TYPE"])
+        return nil if env.key?("message_bus.channels")
+        # The regex only for a type starting with m (a regex match is ~10x a byte comparison; every poll asks).
         byte = type&.getbyte(0)
-        (byte == 109 || byte == 77) && MULTIPART.match?(type)
+        return nil if (byte == 109 || byte == 77) && MULTIPART.match?(type)
+        read_body(env, max_body_bytes)
       end
 
       # SSE: channels ride in the query string (EventSource can only GET), as `?/chat=5&/news=`.
@@ -70,7 +69,7 @@ module Herald
         # As much as the server says there is (one byte more shows a longer body): reading max + 1 makes Ruby
         # allocate that much, and in an app server's threads a 64 KiB buffer per poll grows and shrinks malloc's
         # arena (an mprotect syscall on most polls under Puma).
-        body = form_read_by_rack(env) || read_input(env["rack.input"], (length && length > 0) ? length : max) or return ""
+        body = (env.key?(FORM_VARS) && form_read_by_rack(env)) || read_input(env["rack.input"], (length && length > 0) ? length : max) or return ""
         raise RequestError.new("request body too large (max #{max} bytes)", status: 413) if body.bytesize > max
         body.force_encoding(Encoding::UTF_8)
       end
@@ -79,7 +78,7 @@ module Herald
       # run. On Rack 3 that reads rack.input to the end and leaves it there (it need not rewind); the raw
       # form it read is kept in the env, so take it from there (Rack 2 and 3.0 also say which input it was).
       def self.form_read_by_rack(env)
-        vars = env["rack.request.form_vars"] or return nil
+        vars = env[FORM_VARS] or return nil
         input = env["rack.request.form_input"]
         return nil if input && !input.equal?(env["rack.input"])
         vars.b

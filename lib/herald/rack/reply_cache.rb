@@ -42,6 +42,7 @@ module Herald
         @count = 0
         @bytes = 0
         @epochs = store.respond_to?(:known_epoch) # a reset store (a wiped log, a flushed Redis) has a new epoch
+        @peek = store.respond_to?(:peek_last_global_id) # last_global_id without a lock (Log, Memory)
       end
 
       # For a request to the middleware: the reply kept for it (a String), a Miss, or nil when it is not one
@@ -51,18 +52,27 @@ module Herald
       # action after it (every one but `sse`, never shared, answers the same), HTTP_VERSION (read only when
       # SERVER_PROTOCOL is not HTTP/1.1).
       def lookup(env, path, body)
-        return nil unless body && body.bytesize <= MAX_BODY_BYTES && env["REQUEST_METHOD"] == POST && env["SERVER_PROTOCOL"] == HTTP11
-        return nil if path.index(SSE, @prefix.bytesize)
+        return nil unless body && env["REQUEST_METHOD"] == POST && !path.index(SSE, @prefix.bytesize)
+        found = find(env, body)
+        found.is_a?(Entry) ? found.value : found
+      end
+
+      # #lookup for a POST whose path the middleware checked itself (Middleware#poll_path?), returning the
+      # Entry found (its value is the reply; its accept the request's Accept header) instead of its value.
+      # Asked on every such poll, so written out: no method call per field, the clock read last. type:
+      # env["CONTENT_TYPE"], when the caller has read it (every env lookup hashes its key).
+      def find(env, body, type = env["CONTENT_TYPE"])
+        return nil unless body.bytesize <= MAX_BODY_BYTES && env["SERVER_PROTOCOL"] == HTTP11
         query = env["QUERY_STRING"]
-        type = env["CONTENT_TYPE"]
         accept = env["HTTP_ACCEPT"]
         dont_chunk = env["HTTP_DONT_CHUNK"]
         if (list = @entries[body])
           i = 0
-          while i < list.size
-            e = list[i]
+          while (e = list[i])
             if e.query == query && e.type == type && e.accept == accept && e.dont_chunk == dont_chunk
-              return e.value if e.stamp == @store.last_global_id && e.epoch == epoch && now < e.expires
+              fresh = e.stamp == (@peek ? @store.peek_last_global_id : @store.last_global_id) &&
+                (!@epochs || e.epoch == @store.known_epoch) && Process.clock_gettime(Process::CLOCK_MONOTONIC) < e.expires
+              return e if fresh
               break
             end
             i += 1

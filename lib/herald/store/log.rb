@@ -87,6 +87,14 @@ module Herald
 
       def last_global_id = reading { @index.last_global_id }
 
+      # The same without the lock, for Rack::ReplyCache's check on every poll (2,900 of its instructions with
+      # the Mutex): reading an Integer is atomic under the GVL; an append in progress may not be seen yet, as
+      # for a poll that came a moment sooner.
+      def peek_last_global_id
+        reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
+        @index.last_global_id
+      end
+
       def backlog(channel, last_id = 0, site_id: nil) = reading { @index.backlog(Store.channel_key(channel, site_id), last_id) }
 
       def global_backlog(last_id = 0, limit: nil) = reading { @index.global_backlog(last_id, limit) }

@@ -61,6 +61,10 @@ module Herald
 
       def last_global_id = @lock.synchronize { @global_id }
 
+      # The same without the lock, for Rack::ReplyCache's check on every poll: reading an Integer is atomic
+      # under the GVL; an append in progress may not be seen yet, as for a poll that came a moment sooner.
+      def peek_last_global_id = @global_id
+
       def backlog(channel, last_id = 0, site_id: nil)
         @lock.synchronize do
           ch = @channels[Store.channel_key(channel, site_id)] or return []
