@@ -132,7 +132,9 @@ def spawn_c_worker
   binary = File.expand_path("../tmp/group_commit", __dir__)
   FileUtils.mkdir_p(File.dirname(binary))
   return warn("bench: cc could not build #{source}; no C rows") unless system(ENV.fetch("CC", "cc"), "-O2", "-pthread", "-o", binary, source)
-  io = IO.popen([binary, File.join(Dir.mktmpdir("herald-gc"), "gc.dat"), "-", "500"], "r+")
+  dir = Dir.mktmpdir("herald-gc")
+  at_exit { FileUtils.rm_rf(dir) }
+  io = IO.popen([binary, File.join(dir, "gc.dat"), "-", "500"], "r+")
   raise "#{binary} did not start" unless io.gets == "ready\n"
   Bench::ScriptWorker.new(io)
 end

@@ -168,8 +168,8 @@ class RedisStoreTest < Minitest::Test
   # concurrent publishes, without the timing).
   def append_batch(store, messages)
     codec = json_codec
-    requests = messages.map do |channel, data|
-      store.send(:request, channel, codec.encode(data), codec, Process.clock_gettime(Process::CLOCK_REALTIME), nil, nil, nil, nil, nil, nil)
+    requests = messages.map do |channel, data, size, age|
+      store.send(:request, channel, codec.encode(data), codec, Process.clock_gettime(Process::CLOCK_REALTIME), nil, nil, nil, nil, size, age)
     end
     store.send(:append_batch, requests)
   end
@@ -224,6 +224,22 @@ class RedisStoreTest < Minitest::Test
     after = Array.new(20) { |i| append("/trim", "after #{i}", store: s) }
     assert_equal (4..19).map { |i| "after #{i}" }, s.backlog("/trim", 0).map(&:data)
     assert_equal after.last(16).map(&:global_id), s.global_backlog(0).map(&:global_id)
+  ensure
+    redis&.close
+  end
+
+  # Each record of a shared call is trimmed and kept alive by its own retention (the script reads the
+  # i-th record's from the packed numbers).
+  def test_each_record_of_a_shared_call_keeps_its_own_retention
+    redis = RedisClient.new(url: url)
+    messages = Array.new(30) { |i| i.even? ? ["/four", "#{i} ☃", 4, 100] : ["/eight", "#{i} 🎉\u0000", 8, 5000] }
+    append_batch(@store, messages)
+    assert_equal 4, redis.call("ZCARD", "#{@store.namespace}:ch:/four")
+    assert_equal 8, redis.call("ZCARD", "#{@store.namespace}:ch:/eight")
+    assert_equal messages.select { |c, *| c == "/four" }.last(4).map { |m| m[1] }, @store.backlog("/four", 0).map(&:data)
+    assert_equal messages.select { |c, *| c == "/eight" }.last(8).map { |m| m[1] }, @store.backlog("/eight", 0).map(&:data)
+    assert_operator redis.call("PTTL", "#{@store.namespace}:ch:/four"), :<=, 100_000 * 17 / 16
+    assert_operator redis.call("PTTL", "#{@store.namespace}:ch:/eight"), :>, 4_900_000
   ensure
     redis&.close
   end

@@ -97,7 +97,6 @@ module Herald
           write_timeout: timeout, reconnect_attempts: 0, driver: @driver, command_builder: Commands)
         @namespace = namespace
         @max_global = max_global_backlog_size
-        @retentions = {} # [size, ttl_ms, slack, trim_first] => its packed argument: they repeat
         @checked = {} # channel key => until when its set outlives new records (APPEND's expiry check)
         @on_reset = on_reset || ->(old, new) { Herald.logger.warn "Redis store #{namespace} was reset (epoch #{old} -> #{new}): ids restart above the old ones" }
         @meta_key = "#{namespace}:meta"
@@ -226,6 +225,8 @@ module Herald
         @config.new_client
       end
 
+      # A channel's sorted set. Scripts::APPEND cuts the key back out of it at the length of @meta_key
+      # ("<namespace>:meta" is as long as "<namespace>:ch:" plus one): the key is not sent twice.
       def channel_key(key)
         @channel_keys[key] ||= begin
           @channel_keys.clear if @channel_keys.size > 10_000
@@ -235,33 +236,27 @@ module Herald
 
       def clock_floor = Process.clock_gettime(Process::CLOCK_REALTIME, :second) << 20
 
-      # What APPEND takes for one record: [channel_key, tail, retention] (Scripts::APPEND: retention is
-      # max_size, ttl_ms, slack and trim_first packed), then, when the script is to check the set's expiry,
-      # until when that check will keep the set (else nil). A batched trim leaves up to size/16 extra
+      # What APPEND takes for one record: [channel_key, tail, kept, max_size, ttl_ms, slack, trim_first]:
+      # `kept` is, when the script is to check the set's expiry, until when that check will keep the set
+      # (else nil); the four numbers are its retention (Scripts::APPEND). A batched trim leaves up to size/16 extra
       # records: when the size grows, they go first (trimmed exactly to the old size), or the larger size
       # would bring back what was already dropped.
       def request(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age)
         key = Store.channel_key(channel, site_id)
         before = @retention.for(key).first
         size, age = @retention.for(key, max_size, max_age)
-        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
         ttl = (age * 1000).ceil
         now = Process.clock_gettime(Process::CLOCK_REALTIME)
         checked = @checked[key]
         kept = (checked.nil? || now + age > checked) ? now + (ttl + [ttl / 16, 60_000].min / 2.0) / 1000.0 : nil
-        [key, tail, retention_arg(size, kept ? ttl : -ttl, (before == size) ? size / 16 : 0, (before < size) ? before : 0), kept]
-      end
-
-      def retention_arg(*numbers)
-        @retentions[numbers] ||= begin
-          @retentions.clear if @retentions.size > 1000
-          numbers.pack("G4").freeze
-        end
+        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
+        [key, tail, kept, size, kept ? ttl : -ttl, (before == size) ? size / 16 : 0, (before < size) ? before : 0]
       end
 
       NUMKEYS = Array.new(Batcher::MAX + 1) { |n| (3 + n).to_s.freeze }.freeze
+      NUMBERS = Array.new(Batcher::MAX + 1) { |n| "G#{3 + 4 * n}".freeze }.freeze # pack formats of APPEND's `numbers`
 
-      # One APPEND call for the requests of a batch ([key, tail, retention] each); returns
+      # One APPEND call for the requests of a batch (`request`'s, each); returns
       # [global_id, message_id] for each, in order. The command is built as one array: this runs once per
       # publish when there is no concurrency. The reply carries the epoch only when it is not @epoch.
       def append_batch(requests)
@@ -269,8 +264,14 @@ module Herald
         command = ["EVALSHA", Scripts::APPEND.sha, NUMKEYS[n] || (3 + n).to_s, @meta_key, @ids_key, @global_key]
         requests.each { |request| command << channel_key(request[0]) }
         known = @epoch
-        command.push(known || "", [@high, clock_floor, @max_global].pack("G3"), @next_epoch, @wake_channel)
-        requests.each { |request| command.push(request[0], request[1], request[2]) }
+        numbers = if n == 1
+          request = requests[0]
+          [@high, clock_floor, @max_global, request[3], request[4], request[5], request[6]]
+        else
+          requests.each_with_object([@high, clock_floor, @max_global]) { |r, a| a.push(r[3], r[4], r[5], r[6]) }
+        end
+        command.push(known || "", numbers.pack(NUMBERS[n] || "G#{3 + 4 * n}") << @next_epoch, @wake_channel)
+        requests.each { |request| command << request[1] }
         reply = write { |r| call_script(r, command, Scripts::APPEND) }
         first = reply[0]
         if reply.size > n + 1
@@ -278,7 +279,7 @@ module Herald
         elsif first + n - 1 > @high
           @high = first + n - 1
         end
-        requests.each { |request| checked(request[0], request[3]) if request[3] } # after `saw` forgot the old epoch's
+        requests.each { |request| checked(request[0], request[2]) if request[2] } # after `saw` forgot the old epoch's
         i = 0
         requests.map do |request|
           i += 1

@@ -38,11 +38,14 @@ module Herald
         LUA
 
         # KEYS meta ids refs channel_1 .. channel_n (the sets of the n records, repeated when shared).
-        # ARGV known_epoch numbers new_epoch wake_channel, then three per record: channel_key tail retention.
-        # `numbers` is struct.pack('>ddd', watermark, clock, max_global) and `retention`
-        # struct.pack('>dddd', max_size, ttl_ms, slack, trim_first): in the server, every argument costs
-        # about as much as a small command (~1,100 instructions) and every tonumber() ~1,700 (strtod), so
-        # the numbers travel packed, as doubles (exact up to 2**53, like the ids in the records). The other
+        # ARGV known_epoch numbers wake_channel, then each record's tail. `numbers` is
+        # struct.pack('>ddd', watermark, clock, max_global), then each record's retention
+        # struct.pack('>dddd', max_size, ttl_ms, slack, trim_first), then the epoch to give the store if it
+        # needs one: in the server, every argument costs about as much as a small command (~1,100
+        # instructions) and every tonumber() ~1,700 (strtod), so the numbers travel packed, as doubles (exact
+        # up to 2**53, like the ids in the records), and what is rarely needed rides with what is always
+        # sent. A channel's key is not sent either: its set is `<namespace>:ch:<key>` and meta
+        # `<namespace>:meta`, so the key starts where meta's length ends (Redis#channel_key). The other
         # way round, every Lua number handed to redis.call is printed with "%.17g" (~2,000 instructions):
         # the ids go to ZADD, HINCRBY and PUBLISH as strings printed once with '%d' (~700), the constant
         # increment as '1' (1 thread: 108.6k -> 100.8k server instructions a publish).
@@ -82,6 +85,7 @@ module Herald
             end
           end
           local n = #KEYS - 3
+          local at = #KEYS[1] -- where a channel's key starts in its set's name
           -- The global ids: one HINCRBY (the previous id is what the reset checks compare); a reset
           -- overwrites it. `floor` is only there after a reset.
           local st = redis.call('HMGET', KEYS[1], 'epoch', 'floor')
@@ -89,13 +93,13 @@ module Herald
           local epoch, floor, reset = st[1], st[2] and tonumber(st[2]) or 0, 0
           local watermark, clock, max_global = struct.unpack('>ddd', ARGV[2])
           if (not epoch and ARGV[1] ~= '') or gid < watermark then
-            epoch = ARGV[3]
-            floor = recover(gid, floor, watermark, clock, epoch, ARGV[4])
+            epoch = string.sub(ARGV[2], 25 + 32 * n)
+            floor = recover(gid, floor, watermark, clock, epoch, ARGV[3])
             redis.call('HSET', KEYS[1], 'gid', floor + n)
             gid = floor
             reset = 1
           elseif not epoch then
-            epoch = ARGV[3]
+            epoch = string.sub(ARGV[2], 25 + 32 * n)
             redis.call('HSET', KEYS[1], 'epoch', epoch)
           end
           local fresh = epoch == ARGV[1] and reset == 0 -- the caller knows the epoch: not returned
@@ -119,8 +123,9 @@ module Herald
             end
           end
           if n == 1 then -- one record (no concurrency): the same steps without the tables
-            local set, key = KEYS[4], ARGV[5]
-            local size, ttl, slack, trim_first = struct.unpack('>dddd', ARGV[7])
+            local set = KEYS[4]
+            local key = string.sub(set, at)
+            local size, ttl, slack, trim_first = struct.unpack('>dddd', ARGV[2], 25)
             gid = gid + 1
             local mid = redis.call('HINCRBY', KEYS[2], key, '1')
             if mid <= floor then
@@ -128,52 +133,55 @@ module Herald
               redis.call('HSET', KEYS[2], key, mid)
             end
             local ids, g = struct.pack('>dd', gid, mid), string.format('%d', gid)
-            redis.call('ZADD', set, string.format('%d', mid), ids .. ARGV[6])
+            redis.call('ZADD', set, string.format('%d', mid), ids .. ARGV[4])
             redis.call('ZADD', refs, g, string.sub(ids, 9, 16) .. set)
             local cut = (trim_first > 0) and (mid - 1 - trim_first) or 0
             if mid > size and (mid - size) % (slack + 1) == 0 then cut = math.max(cut, mid - size) end
             if cut > 0 then trim(set, cut) end
             expire(set, ttl)
             finish(gid, gid)
-            redis.call('PUBLISH', ARGV[4], g .. ',' .. key)
+            redis.call('PUBLISH', ARGV[3], g .. ',' .. key)
             if fresh then return {gid, mid} end
             return {gid, mid, epoch, reset}
           end
           -- Channel ids: one HINCRBY per channel for all its records (ids above the floor after a reset).
-          local count, keys = {}, {}
+          -- Tables are by set; each channel's key is cut out of its set's name once.
+          local count, sets, key_of = {}, {}, {}
           for i = 1, n do
-            local key = ARGV[5 + (i - 1) * 3]
-            if not count[key] then keys[#keys + 1] = key end
-            count[key] = (count[key] or 0) + 1
+            local set = KEYS[3 + i]
+            if not count[set] then
+              sets[#sets + 1] = set
+              key_of[set] = string.sub(set, at)
+            end
+            count[set] = (count[set] or 0) + 1
           end
           local next_mid = {}
-          for _, key in ipairs(keys) do
-            local mid = redis.call('HINCRBY', KEYS[2], key, string.format('%d', count[key])) - count[key] + 1
+          for _, set in ipairs(sets) do
+            local key = key_of[set]
+            local mid = redis.call('HINCRBY', KEYS[2], key, string.format('%d', count[set])) - count[set] + 1
             if mid <= floor then
               mid = floor + 1
-              redis.call('HSET', KEYS[2], key, mid + count[key] - 1)
+              redis.call('HSET', KEYS[2], key, mid + count[set] - 1)
             end
-            next_mid[key] = mid
+            next_mid[set] = mid
           end
           local first = gid + 1
           local out = {first}
-          local sets, adds, cut, ttl_of, ref_args, last_of = {}, {}, {}, {}, {}, {}
+          local adds, cut, ttl_of, ref_args, last_of = {}, {}, {}, {}, {}
           for i = 1, n do
-            local a, set = 4 + (i - 1) * 3, KEYS[3 + i]
-            local key = ARGV[a + 1]
-            local size, ttl, slack, trim_first = struct.unpack('>dddd', ARGV[a + 3])
+            local set = KEYS[3 + i]
+            local size, ttl, slack, trim_first = struct.unpack('>dddd', ARGV[2], 25 + 32 * (i - 1))
             gid = gid + 1
-            local mid = next_mid[key]
-            next_mid[key] = mid + 1
+            local mid = next_mid[set]
+            next_mid[set] = mid + 1
             local ids = struct.pack('>dd', gid, mid)
             local add = adds[set]
             if not add then
               add = {}
               adds[set], cut[set], ttl_of[set] = add, 0, -1
-              sets[#sets + 1] = set
             end
             add[#add + 1] = string.format('%d', mid)
-            add[#add + 1] = ids .. ARGV[a + 2]
+            add[#add + 1] = ids .. ARGV[3 + i]
             ref_args[#ref_args + 1] = string.format('%d', gid)
             ref_args[#ref_args + 1] = string.sub(ids, 9, 16) .. set
             if trim_first > 0 then cut[set] = math.max(cut[set], mid - 1 - trim_first) end
@@ -182,8 +190,7 @@ module Herald
             local longest = math.max(math.abs(ttl), math.abs(ttl_of[set]))
             ttl_of[set] = (ttl > 0 or ttl_of[set] > 0) and longest or -longest
             out[#out + 1] = mid
-            if not last_of[key] then last_of[#last_of + 1] = key end
-            last_of[key] = gid
+            last_of[set] = gid
           end
           for _, set in ipairs(sets) do redis.call('ZADD', set, unpack(adds[set])) end
           redis.call('ZADD', refs, unpack(ref_args))
@@ -192,9 +199,8 @@ module Herald
             expire(set, ttl_of[set])
           end
           finish(first, gid)
-          for i = 1, #last_of do
-            local key = last_of[i]
-            redis.call('PUBLISH', ARGV[4], string.format('%d', last_of[key]) .. ',' .. key)
+          for _, set in ipairs(sets) do
+            redis.call('PUBLISH', ARGV[3], string.format('%d', last_of[set]) .. ',' .. key_of[set])
           end
           if not fresh then
             out[#out + 1] = epoch
