@@ -7,7 +7,11 @@
 #
 # - objects allocated (GC.stat total_allocated_objects);
 # - CPU instructions (valgrind --tool=callgrind, instrumentation switched on around the loop only), with
-#   BENCH_CALLGRIND=1: each row then runs once more in a child process under valgrind (slow: ~a minute);
+#   BENCH_CALLGRIND=1: each row then runs twice more in a child process under valgrind (slow: ~2 minutes);
+# - with it, cache misses per call when the call runs cold, as between two of Puma's requests: callgrind's
+#   cache simulation (a 1 MiB last-level cache) with a 4 MiB memory sweep before each call. Misses in the last
+#   level (code and data fetched from farther away), minus the bare 404's: under Puma the middleware's
+#   CPU time follows these far more than its instruction count (a 10k-instruction cut took ~1.5 us of ~20);
 # - time (thread CPU time, median of BENCH_ROUNDS interleaved rounds): depends on the machine, unlike the two above.
 #
 # Rows: a bare 404 app (the floor: what Puma's 404 row runs), the middleware in front of it on a path it does
@@ -17,7 +21,9 @@
 #
 #   bundle exec ruby bench/middleware_cpu_bench.rb
 #   BENCH_CALLGRIND=1 bundle exec ruby bench/middleware_cpu_bench.rb
+#   BENCH_LIB=/tmp/old/lib ...   another tree's lib (`git archive main lib | tar -x -C /tmp/old`), for a before/after
 require_relative "harness"
+$LOAD_PATH.unshift(File.expand_path(ENV["BENCH_LIB"])) if ENV["BENCH_LIB"]
 require "herald"
 require "herald/server"
 require "rack"
@@ -106,27 +112,45 @@ def call_loop_once(app, proto)
   app.call(env)
 end
 
-# Instructions per call of one row, measured in this process (run under valgrind by the parent).
+SWEEP = ("y" * (4 * 1024 * 1024)).freeze
+
+# The calls with a 4 MiB memory sweep before each (String#index of a byte it does not hold reads it all).
+def cold_loop(app, proto, n)
+  n.times do
+    SWEEP.index("x")
+    call_loop(app, proto, 1)
+  end
+end
+
+# Instructions (or, cold, cache misses) per call of one row, measured in this process (under valgrind).
 def callgrind_child(rows, name)
   app, proto = rows.fetch(name)
+  cold = ENV["BENCH_CALLGRIND_COLD"]
   call_loop(app, proto, 2000) # warm: caches filled, methods compiled to their inline caches
-  n = Integer(ENV.fetch("BENCH_CALLGRIND_CALLS", "5000"))
+  n = Integer(ENV.fetch("BENCH_CALLGRIND_CALLS", cold ? "500" : "5000"))
   system("callgrind_control", "--instr=on", Process.pid.to_s, out: File::NULL, exception: true)
-  call_loop(app, proto, n)
+  cold ? cold_loop(app, proto, n) : call_loop(app, proto, n)
   system("callgrind_control", "--instr=off", Process.pid.to_s, out: File::NULL, exception: true)
   File.write(ENV.fetch("BENCH_CALLGRIND_RESULT"), n.to_s)
 end
 
-def instructions_per_call(name)
+# Warm: instructions per call. Cold: last-level cache misses per call (instruction fetches, data reads and
+# writes), the sweep's own included (the same in every row: compare rows, not absolute figures).
+def callgrind_per_call(name, cold: false)
   Dir.mktmpdir("herald-callgrind") do |tmp|
     out = File.join(tmp, "callgrind.out")
     result = File.join(tmp, "calls")
-    ok = system({"BENCH_CALLGRIND_ROW" => name, "BENCH_CALLGRIND_RESULT" => result},
-      "valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=#{out}",
+    sim = cold ? ["--cache-sim=yes", "--LL=1048576,16,64"] : []
+    ok = system({"BENCH_CALLGRIND_ROW" => name, "BENCH_CALLGRIND_RESULT" => result, "BENCH_CALLGRIND_COLD" => cold ? "1" : nil},
+      "valgrind", "--tool=callgrind", *sim, "--instr-atstart=no", "--callgrind-out-file=#{out}",
       RbConfig.ruby, __FILE__, err: File::NULL, out: File::NULL)
     raise "valgrind failed for #{name}" unless ok && File.exist?(result)
-    totals = File.read(out)[/^totals:\s*(\d+)/, 1]
-    Integer(totals).fdiv(Integer(File.read(result)))
+    text = File.read(out)
+    events = text[/^events:(.*)$/, 1].split
+    totals = text[/^totals:(.*)$/, 1].split.map { |v| Integer(v) }
+    counts = events.zip(totals).to_h
+    value = cold ? counts.values_at("ILmr", "DLmr", "DLmw").sum : counts.fetch("Ir")
+    value.fdiv(Integer(File.read(result)))
   end
 end
 
@@ -147,21 +171,25 @@ Dir.mktmpdir("herald-mw-cpu") do |dir|
       times[row] << (thread_cpu - started) * 1e6 / CALLS
     end
   end
-  instructions = ENV["BENCH_CALLGRIND"] ? rows.keys.to_h { |row| [row, instructions_per_call(row)] } : {}
+  instructions = ENV["BENCH_CALLGRIND"] ? rows.keys.to_h { |row| [row, callgrind_per_call(row)] } : {}
+  misses = ENV["BENCH_CALLGRIND"] ? rows.keys.to_h { |row| [row, callgrind_per_call(row, cold: true)] } : {}
   floor = rows.keys.first
   puts "### The middleware's own cost per request (Rack env as Puma builds it, no server)\n\n"
   puts "`bench/middleware_cpu_bench.rb`: each app's `call` in a loop with the env a real Puma built for the wrk " \
     "request of bench/http_poll_bench.rb (fresh env copy and StringIO body per call, as Puma); #{CALLS} calls a round, " \
     "thread CPU time, median of #{Bench::ROUNDS} interleaved rounds; objects per call from GC.stat; instructions per " \
-    "call from callgrind around the loop only#{" (not measured: BENCH_CALLGRIND=1)" if instructions.empty?}. " \
+    "call from callgrind around the loop only, and last-level cache misses per call run cold (callgrind's cache " \
+    "simulation, 1 MiB LL, a 4 MiB sweep before each call)#{" (neither measured: BENCH_CALLGRIND=1)" if instructions.empty?}. " \
     "Load average #{load_before} before, #{Bench.loadavg} after. \"over 404\": the row minus the bare 404 app.\n\n"
-  puts "| | CPU per call | over 404 | objects per call | over 404 | instructions per call | over 404 |"
-  puts "|---|---:|---:|---:|---:|---:|---:|"
+  puts "| | CPU per call | over 404 | objects per call | over 404 | instructions per call | over 404 | cold: cache misses per call over 404 |"
+  puts "|---|---:|---:|---:|---:|---:|---:|---:|"
   rows.each_key do |row|
     us = Bench.median(times[row])
     ins = instructions[row]
-    puts format("| %s | %.2f us | %+.2f us | %.1f | %+.1f | %s | %s |", row, us, us - Bench.median(times[floor]),
-      objects[row], objects[row] - objects[floor], ins ? ins.round.to_s : "-", ins ? format("%+d", (ins - instructions[floor]).round) : "-")
+    miss = misses[row]
+    puts format("| %s | %.2f us | %+.2f us | %.1f | %+.1f | %s | %s | %s |", row, us, us - Bench.median(times[floor]),
+      objects[row], objects[row] - objects[floor], ins ? ins.round.to_s : "-", ins ? format("%+d", (ins - instructions[floor]).round) : "-",
+      miss ? format("%+d", (miss - misses[floor]).round) : "-")
   end
   puts
   rows.each_value { |app, _| app.close if app.respond_to?(:close) }

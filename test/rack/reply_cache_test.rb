@@ -226,6 +226,24 @@ class ReplyCacheMiddlewareTest < Minitest::Test
     assert_equal [200, want], [status, headers]
   end
 
+  # The body of a StringIO rack.input (Puma's, Rack::MockRequest's) is its String, taken as is: a poll, built
+  # or answered from the cache, must leave it unchanged (bytes and encoding), non-ASCII JSON included.
+  def test_a_string_io_body_is_left_as_it_was
+    mw = middleware
+    @bus.publish("/ü 🎉", "x")
+    body = JSON.generate("/ü 🎉" => 0).b
+    3.times do
+      env = ::Rack::MockRequest.env_for("/message-bus/c1/poll?dlp=t", :method => "POST", :input => body.dup,
+        "CONTENT_TYPE" => JSON_TYPE, "SERVER_PROTOCOL" => "HTTP/1.1")
+      input = env["rack.input"].string
+      before = [input.dup, input.encoding]
+      status, _, parts = mw.call(env)
+      assert_equal [200, ["x"]], [status, ids(JSON.parse(parts.join))]
+      assert_equal before, [input, input.encoding]
+    end
+    assert_equal 1, mw.reply_cache.size, "the non-ASCII body was a key"
+  end
+
   # Middleware#poll_path? keeps its answer per path, at most MAX_PATHS of them: past that it starts again,
   # and answers stay right (a refused id stays refused, a valid one is served from the cache).
   def test_kept_path_checks_stay_right_past_their_limit

@@ -30,7 +30,10 @@ module Herald
       # Entries are found by the request body (a String: one hash of a short string), then by the other
       # fields the Responder reads. An Array of several fields as the key costs twice the whole lookup
       # (Array#hash and #eql? guard against recursion). Lists are replaced, never changed (readers hold no lock).
-      Entry = Struct.new(:query, :type, :accept, :dont_chunk, :value, :stamp, :epoch, :expires)
+      # An entry is a frozen Array: [query, type, accept, dont_chunk, value, stamp, epoch, expires]. Reading an
+      # Array by a literal index is one VM instruction; a Struct member is a method call, whose call cache and
+      # method entry are cache misses of their own when the lookup runs cold (between Puma's requests).
+      ENTRY_FIELDS = %i[query type accept dont_chunk value stamp epoch expires].freeze
       # A request to share that found no entry: #store keeps its reply (built by the Responder) under it.
       # The middleware also hands a request's body to the Responder in one (cache nil: nothing to keep).
       Miss = Struct.new(:cache, :body, :query, :type, :accept, :dont_chunk)
@@ -38,7 +41,7 @@ module Herald
       def initialize(store:, prefix:)
         @store = store
         @prefix = prefix
-        @entries = {} # body => frozen Array of Entry
+        @entries = {} # body => frozen Array of entries
         @count = 0
         @bytes = 0
         @epochs = store.respond_to?(:known_epoch) # a reset store (a wiped log, a flushed Redis) has a new epoch
@@ -54,11 +57,11 @@ module Herald
       def lookup(env, path, body)
         return nil unless body && env["REQUEST_METHOD"] == POST && !path.index(SSE, @prefix.bytesize)
         found = find(env, body)
-        found.is_a?(Entry) ? found.value : found
+        found.is_a?(Array) ? found[4] : found
       end
 
       # #lookup for a POST whose path the middleware checked itself (Middleware#poll_path?), returning the
-      # Entry found (its value is the reply; its accept the request's Accept header) instead of its value.
+      # entry found (an Array, see ENTRY_FIELDS: [4] is the reply, [2] the request's Accept) instead of its value.
       # Asked on every such poll, so written out: no method call per field, the clock read last. type:
       # env["CONTENT_TYPE"], when the caller has read it (every env lookup hashes its key).
       def find(env, body, type = env["CONTENT_TYPE"])
@@ -69,9 +72,9 @@ module Herald
         if (list = @entries[body])
           i = 0
           while (e = list[i])
-            if e.query == query && e.type == type && e.accept == accept && e.dont_chunk == dont_chunk
-              fresh = e.stamp == (@peek ? @store.peek_last_global_id : @store.last_global_id) &&
-                (!@epochs || e.epoch == @store.known_epoch) && Process.clock_gettime(Process::CLOCK_MONOTONIC) < e.expires
+            if e[0] == query && e[1] == type && e[2] == accept && e[3] == dont_chunk
+              fresh = e[5] == (@peek ? @store.peek_last_global_id : @store.last_global_id) &&
+                (!@epochs || e[6] == @store.known_epoch) && Process.clock_gettime(Process::CLOCK_MONOTONIC) < e[7]
               return e if fresh
               break
             end
@@ -105,9 +108,9 @@ module Herald
         end
         @count += 1 # entries and bytes stored since the last clear: at least what is held (racy by a store or two)
         @bytes += size
-        entry = Entry.new(miss.query, miss.type, miss.accept, miss.dont_chunk, value, stamp, epoch, now + MAX_AGE)
+        entry = [miss.query, miss.type, miss.accept, miss.dont_chunk, value, stamp, epoch, now + MAX_AGE].freeze
         others = @entries[miss.body]&.reject do |e|
-          e.query == miss.query && e.type == miss.type && e.accept == miss.accept && e.dont_chunk == miss.dont_chunk
+          e[0] == miss.query && e[1] == miss.type && e[2] == miss.accept && e[3] == miss.dont_chunk
         end
         @entries[miss.body] = [*others, entry].freeze
       end
