@@ -15,7 +15,10 @@
 #     (git archive main lib | tar -x -C /tmp/old), measured in the same rounds (several: comma-separated)
 #   BENCH_CALLGRIND=1 ... also counts the user-space instructions redis-server runs per publish
 #     (a second redis-server under valgrind --tool=callgrind; BENCH_CALLGRIND_OPS publishes per row,
-#     default 600): a figure no other load on the machine changes. The kernel's share (sockets) is not in it.
+#     default 600) and those of each library's publishing process (its worker under callgrind, publishing
+#     to the first server): figures no other load on the machine changes. The kernel's share (sockets,
+#     thread wake-ups) is not in them, and callgrind runs one thread at a time, so with several threads
+#     the client's count is of the same work scheduled differently.
 require "json"
 require_relative "support/script_worker"
 require "rbconfig"
@@ -86,7 +89,7 @@ WORKER = <<~'RUBY'
   end
 RUBY
 
-def spawn_worker(lib, url, namespace) = Bench::ScriptWorker.spawn(WORKER, lib, url, namespace)
+def spawn_worker(lib, url, namespace, prefix: []) = Bench::ScriptWorker.spawn(WORKER, lib, url, namespace, prefix: prefix)
 
 def server_stats(redis)
   info = redis.call("INFO", "all")
@@ -192,6 +195,33 @@ if ENV["BENCH_CALLGRIND"]
   end
   puts
   cg_workers.each_value { |w| w.io.close }
+  # The publishing process's own instructions: its worker under callgrind, dumped (which zeroes the
+  # counts) around the measured publishes (callgrind_control talks to it while it waits for its next
+  # line), less a run of one publish a thread (the worker's GC.start and bookkeeping).
+  client_dumps = lambda do |pid|
+    system("callgrind_control", "-d", pid.to_s, out: File::NULL, err: File::NULL)
+    file = Dir["#{dir}/client.#{pid}*"].max_by { |f| File.mtime(f) }
+    File.read(file)[/^summary: (\d+)/, 1].to_i.tap { Dir["#{dir}/client.#{pid}*"].each { |f| File.delete(f) } }
+  end
+  client_workers = libs.each_with_index.to_h do |(name, lib), i|
+    [name, spawn_worker(lib, url, "cgc#{i}", prefix: ["valgrind", "--tool=callgrind", "--log-file=#{dir}/valgrind.log", "--callgrind-out-file=#{dir}/client.%p"])]
+  end
+  puts "#### Client instructions per publish (the publishing process under callgrind, #{cg_ops} publishes per row after 1,200)", ""
+  puts "| | instructions/publish | vs message_bus |", "|---|---:|---:|"
+  THREAD_COUNTS.each do |t|
+    counts = client_workers.to_h do |name, w|
+      w.run(t, 1200)
+      client_dumps.call(w.io.pid)
+      w.run(t, t)
+      idle = client_dumps.call(w.io.pid)
+      w.run(t, cg_ops + t)
+      [name, (client_dumps.call(w.io.pid) - idle).fdiv(cg_ops)]
+    end
+    base = counts.values.first
+    counts.each { |name, ir| puts format("| %s, %d thread%s | %s | %.2fx |", name, t, (t > 1) ? "s" : "", Bench.humanize(ir), ir / base) }
+  end
+  puts
+  client_workers.each_value { |w| w.io.close }
   cg_redis.close
   Process.kill(:TERM, pid)
   Process.wait(pid)

@@ -19,8 +19,9 @@ module Bench
   end
 
   class ScriptWorker
-    def self.spawn(script, *args)
-      io = IO.popen([RbConfig.ruby, "-e", script, *args], "r+")
+    # `prefix`: a command the worker runs under (e.g. valgrind and its options).
+    def self.spawn(script, *args, prefix: [])
+      io = IO.popen([*prefix, RbConfig.ruby, "-e", script, *args], "r+")
       raise "worker for #{args.first} did not start" unless io.gets == "ready\n"
       new(io)
     end

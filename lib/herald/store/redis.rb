@@ -264,8 +264,8 @@ module Herald
         command = ["EVALSHA", Scripts::APPEND.sha, NUMKEYS[n] || (3 + n).to_s, @meta_key, @ids_key, @global_key]
         requests.each { |request| command << channel_key(request[0]) }
         known = @epoch
+        request = requests[0]
         numbers = if n == 1
-          request = requests[0]
           [@high, clock_floor, @max_global, request[3], request[4], request[5], request[6]]
         else
           requests.each_with_object([@high, clock_floor, @max_global]) { |r, a| a.push(r[3], r[4], r[5], r[6]) }
@@ -279,7 +279,12 @@ module Herald
         elsif first + n - 1 > @high
           @high = first + n - 1
         end
-        requests.each { |request| checked(request[0], request[2]) if request[2] } # after `saw` forgot the old epoch's
+        if n == 1 # no concurrency: no blocks
+          checked(request[0], request[2]) if request[2] # after `saw` forgot the old epoch's
+          @notifier.notify(first, request[0])
+          return [[first, reply[1]]]
+        end
+        requests.each { |request| checked(request[0], request[2]) if request[2] }
         i = 0
         requests.map do |request|
           i += 1
