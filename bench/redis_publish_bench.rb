@@ -175,10 +175,16 @@ if ENV["BENCH_CALLGRIND"]
     sleep 0.5
   end
   raise "redis-server under valgrind did not start" unless cg_redis
-  dump = lambda do
-    system("callgrind_control", "-d", pid.to_s, out: File::NULL, err: File::NULL)
-    file = Dir["#{dir}/cg.*"].max_by { |f| File.mtime(f) }
-    File.read(file)[/^summary: (\d+)/, 1].to_i.tap { Dir["#{dir}/cg.*"].each { |f| File.delete(f) } }
+  # Instructions since the last dump of the process under callgrind (a dump zeroes its counts).
+  dumped = lambda do |process, files|
+    system("callgrind_control", "-d", process.to_s, out: File::NULL, err: File::NULL)
+    file = Dir[files].max_by { |f| File.mtime(f) }
+    File.read(file)[/^summary: (\d+)/, 1].to_i.tap { Dir[files].each { |f| File.delete(f) } }
+  end
+  dump = -> { dumped.call(pid, "#{dir}/cg.*") }
+  print_counts = lambda do |counts, t|
+    base = counts.values.first
+    counts.each { |name, ir| puts format("| %s, %d thread%s | %s | %.2fx |", name, t, (t > 1) ? "s" : "", Bench.humanize(ir), ir / base) }
   end
   cg_workers = libs.each_with_index.to_h { |(name, lib), i| [name, spawn_worker(lib, cg_url, "cg#{i}")] }
   puts "#### redis-server instructions per publish (callgrind, #{cg_ops} publishes per row after 1,200 to fill the backlogs)", ""
@@ -190,19 +196,14 @@ if ENV["BENCH_CALLGRIND"]
       w.run(t, cg_ops)
       [name, dump.call.fdiv(cg_ops)]
     end
-    base = counts.values.first
-    counts.each { |name, ir| puts format("| %s, %d thread%s | %s | %.2fx |", name, t, (t > 1) ? "s" : "", Bench.humanize(ir), ir / base) }
+    print_counts.call(counts, t)
   end
   puts
   cg_workers.each_value { |w| w.io.close }
   # The publishing process's own instructions: its worker under callgrind, dumped (which zeroes the
   # counts) around the measured publishes (callgrind_control talks to it while it waits for its next
   # line), less a run of one publish a thread (the worker's GC.start and bookkeeping).
-  client_dumps = lambda do |pid|
-    system("callgrind_control", "-d", pid.to_s, out: File::NULL, err: File::NULL)
-    file = Dir["#{dir}/client.#{pid}*"].max_by { |f| File.mtime(f) }
-    File.read(file)[/^summary: (\d+)/, 1].to_i.tap { Dir["#{dir}/client.#{pid}*"].each { |f| File.delete(f) } }
-  end
+  client_dumps = ->(worker) { dumped.call(worker, "#{dir}/client.#{worker}*") }
   client_workers = libs.each_with_index.to_h do |(name, lib), i|
     [name, spawn_worker(lib, url, "cgc#{i}", prefix: ["valgrind", "--tool=callgrind", "--log-file=#{dir}/valgrind.log", "--callgrind-out-file=#{dir}/client.%p"])]
   end
@@ -217,8 +218,7 @@ if ENV["BENCH_CALLGRIND"]
       w.run(t, cg_ops + t)
       [name, (client_dumps.call(w.io.pid) - idle).fdiv(cg_ops)]
     end
-    base = counts.values.first
-    counts.each { |name, ir| puts format("| %s, %d thread%s | %s | %.2fx |", name, t, (t > 1) ? "s" : "", Bench.humanize(ir), ir / base) }
+    print_counts.call(counts, t)
   end
   puts
   client_workers.each_value { |w| w.io.close }
