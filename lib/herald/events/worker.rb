@@ -37,6 +37,7 @@ module Herald
         @classes = subscriber.herald_targets.grep(Module).freeze
         @match = {}
         @lease = nil
+        @epoch = nil # the store's epoch the lease and cursor belong to
         @next_lease_try = 0.0
         @cursor = 0
         @saved = 0
@@ -46,6 +47,7 @@ module Herald
 
       # Processes one batch. Returns how many messages it read (0: nothing to do, the pool may wait).
       def step
+        restart if @lease && @store.known_epoch != @epoch
         return 0 unless owner?
         batch = @store.global_backlog(@cursor, limit: BATCH)
         if batch.empty?
@@ -94,10 +96,20 @@ module Herald
         end
       end
 
+      # The store was reset (a log directory replaced, a flushed Redis): the lease and the cursor belong to
+      # what is gone. Let go without saving (the old cursor means nothing in the new epoch); the next step
+      # takes the new store's lease and cursor.
+      def restart
+        Herald.logger.warn "#{@name}: the store was reset (epoch #{@epoch} -> #{@store.known_epoch}): resuming from its saved cursor there"
+        release
+        @next_lease_try = 0.0
+      end
+
       def acquire
         now = monotonic
         return false if @error || now < @next_lease_try
         @next_lease_try = now + LEASE_RETRY
+        @epoch = @store.known_epoch # before the lease and cursor: a reset after it is seen by the next step
         lease = @store.lease(@name) or return false
         begin
           @cursor = @saved = @store.load_cursor(@name)
