@@ -32,7 +32,8 @@ module Herald
         @name = subscriber.subscriber_name
         @store = store
         @stopper = stopper
-        @delivery = Delivery.new(subscriber, subscriber.new, dead_letters: DeadLetters.new(store), stopper: stopper)
+        @dead_letters = DeadLetters.new(store)
+        @delivery = Delivery.new(subscriber, subscriber.new, dead_letters: @dead_letters, stopper: stopper)
         @channels = subscriber.herald_targets.grep(String).freeze
         @classes = subscriber.herald_targets.grep(Module).freeze
         @match = {}
@@ -65,6 +66,14 @@ module Herald
         release
       end
 
+      # Its thread died, or a handler is stopping the process: the exact cursor is saved and the lease let
+      # go, so a standby process takes over at once; this one tries again only after `cool_off` seconds.
+      def hand_over(cool_off: 0)
+        finish
+      ensure
+        @next_lease_try = monotonic + cool_off
+      end
+
       # In a forked child: the parent's lease is the parent's; drop this copy without saving anything.
       def forget_after_fork = release
 
@@ -84,8 +93,10 @@ module Herald
         batch.each do |msg|
           break if @stopper.stopped?
           if match?(msg)
-            break unless @delivery.deliver(msg) # a shutdown cut its retries short: not done
+            done = @delivery.deliver(msg)
+            break unless done # a shutdown cut its retries short: not done
             @cursor = msg.global_id
+            save_cursor if done == :buried # at once: a dead letter is written once (see resume_point)
           else
             @cursor = msg.global_id
             next unless (skipped += 1) % CHECK_EVERY == 0
@@ -100,7 +111,8 @@ module Herald
         @next_lease_try = now + LEASE_RETRY
         lease = @store.lease(@name) or return false
         begin
-          @cursor = @saved = @store.load_cursor(@name)
+          @saved = @store.load_cursor(@name)
+          @cursor = resume_point(@saved)
         rescue Exception # standard:disable Lint/RescueException
           lease.release # never keep the lease with a cursor that was not read
           raise
@@ -108,6 +120,11 @@ module Herald
         @lease = lease
         true
       end
+
+      # After the saved cursor, or after the last dead letter when a crash came between burying an event and
+      # saving the cursor past it: the events up to it were done with, in order, and are not run (nor
+      # buried) again.
+      def resume_point(saved) = [saved, @dead_letters.last_buried(@name)].max
 
       def release
         @lease&.release
