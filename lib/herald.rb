@@ -34,6 +34,7 @@ require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
 require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders
 require_relative "herald/store/log/write_lease" # the write lock kept between appends, given up when asked
 require_relative "herald/store/log/cursors"   # cursors and leases of durable readers
+require_relative "herald/store/log/replacement" # a directory replaced under a running store: a reset
 require_relative "herald/store/log/checker"   # verification for `herald check`
 require_relative "herald/store/log"
 require_relative "herald/store/packed"   # one binary string per message, for the networked stores

@@ -57,7 +57,9 @@ module Herald
         end
         @payload[:channels] = request.channels.size if @payload
         client = build_client(request)
-        snapshot = @stamp = @mw.bus.store.last_global_id # before anything is read: a publish after it ends a cached reply
+        store = @mw.bus.store
+        @epoch = store.known_epoch # before the snapshot: a reset after it is seen by the reactor (Reactor#admit)
+        snapshot = @stamp = store.last_global_id # before anything is read: a publish after it ends a cached reply
         msgs, status = sse ? sse_backlog(client, request) : backlog(client, request)
         respond(client, msgs, status, snapshot, sse)
       end
@@ -199,12 +201,12 @@ module Herald
           io = @env["rack.hijack_io"] unless io.respond_to?(:write_nonblock)
           conn = SocketConnection.new(io: io, extra_headers: extra_header_lines, max_buffer: @options[:max_buffer], **common)
           conn.deadline = deadline
-          reactor.park(conn, msgs, status, snapshot)
+          reactor.park(conn, msgs, status, snapshot, @epoch)
           return [200, {}, []] # the server ignores the response after a full hijack
         end
         conn = QueueConnection.new(max_queue: 1000, on_gone: reactor.method(:gone), **common)
         conn.deadline = deadline
-        reactor.park(conn, msgs, status, snapshot)
+        reactor.park(conn, msgs, status, snapshot, @epoch)
         [200, stream_headers(mode), conn.rack_body(streaming: !Fiber.scheduler.nil?)]
       end
 
