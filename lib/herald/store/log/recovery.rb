@@ -20,19 +20,28 @@ module Herald
           @names = {}
           @appends = 0 # counts appends between offers of the GVL (Log#let_others_run)
           @buffer = String.new(capacity: 4096, encoding: Encoding::BINARY)
+          @wakeup = nil
+          @refreshed_at = 0.0
+          @resets = 0
+          @directory_checked_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          open_directory
+          recover_or_let_go
+          @meta_identity = meta_identity # (Replacement)
+          @syncer = Syncer.new(@fsync) { @segments.last }
+          start_group_commit
+          @wakeup = new_wakeup
+        end
+
+        # What a store holds of its directory: opened here, and again when the directory was replaced.
+        def open_directory
           @index = Index.new(max_size: @max_backlog_size, max_age: @max_backlog_age)
           @segments = []
+          @corrupt_records = []
           @directory = Directory.new(@dir)
           @write_lock = @directory.writable ? @directory.open_lock : nil
           @reservation = @write_lock && Reservation.new(@directory)
           @channel_floor = 0
-          @wakeup = nil
-          @refreshed_at = 0.0
           start_write_lease
-          recover_or_let_go
-          @syncer = Syncer.new(@fsync) { @segments.last }
-          start_group_commit
-          @wakeup = new_wakeup
         end
 
         def new_wakeup = Wakeup.new(@directory.join("wakeup"), on_lease_request: method(:give_lease), on_tick: method(:lease_tick)) { refresh_in_batches }
@@ -187,6 +196,7 @@ module Herald
           sleep wait if wait > 0
           refresh
           @refreshed_at = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          check_directory # (Replacement) at most every CHECK_EVERY
         end
 
         # Called by the Wakeup listener when another process appended (or every poll interval).
