@@ -17,6 +17,7 @@ require_relative "herald/fork_tracker"   # Process._fork hook: stores drop inher
 require_relative "herald/codec"          # codec interface + registry
 require_relative "herald/codec/json"
 require_relative "herald/codec/msgpack"
+require_relative "herald/codec/raw"      # a String's bytes as given (ActionCable's payloads)
 require_relative "herald/message"        # the immutable value every reader gets
 # Stores: the contract, then Memory, the embedded Log, and what the networked stores share.
 require_relative "herald/store"          # the store contract
@@ -49,6 +50,7 @@ Herald::Store.autoload :Postgres, File.expand_path("herald/store/postgres", __di
 require_relative "herald/subscription"
 require_relative "herald/bus"            # publish / subscribe / backlog over one store
 require_relative "herald/config"
+require_relative "herald/cable"          # ActionCable's broadcastings: their channels (adapter: herald)
 # Durable events: subscribers, workers, retries, dead letters.
 require_relative "herald/events/event_codec"     # events: Structs and Hashes as MessagePack with class tags
 require_relative "herald/events/instrumentation" # publish/process/retry/dead.herald (ActiveSupport or callbacks)
