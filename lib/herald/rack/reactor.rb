@@ -207,7 +207,7 @@ module Herald
         fan_out(batch) if batch
       end
 
-      # A new parked client. Superseding (PROTOCOL.md 1.6): the connection with the greater __seq stays;
+      # A new parked client. Superseding (docs/protocol.md 1.6): the connection with the greater __seq stays;
       # on a tie the new one wins. Then catch up if messages were fanned out between its backlog read
       # and now: they would otherwise never reach it.
       def admit(conn, msgs, status, snapshot, epoch = nil)

@@ -3,8 +3,8 @@
 module Herald
   module Rack
     # Answers one request under `message-bus/`: parses it, reads the backlog with message_bus's five
-    # last-id cases (PROTOCOL.md 1.2), then replies now or parks the client on the event loop
-    # (the decision tree of PROTOCOL.md 1.3).
+    # last-id cases (docs/protocol.md 1.2), then replies now or parks the client on the event loop
+    # (the decision tree of docs/protocol.md 1.3).
     class Responder
       CLIENT_ID = /\A[A-Za-z0-9_.~-]{1,128}\z/
       HEADER_SAFE = /\A[^\r\n\0]*\z/
@@ -108,7 +108,7 @@ module Herald
         fn.call(@env)
       end
 
-      # The table of PROTOCOL.md 1.2, per channel. Sets the client's positions; returns [messages, status].
+      # The table of docs/protocol.md 1.2, per channel. Sets the client's positions; returns [messages, status].
       def backlog(client, request)
         bus = @mw.bus
         last_ids = bus.last_ids(*request.channels.keys, site_id: client.site_id)
@@ -130,7 +130,7 @@ module Herald
       end
 
       # Adds the messages the client may see; a withheld one puts the channel's position in the status,
-      # so the client jumps past what it will never receive (PROTOCOL.md 1.7 c).
+      # so the client jumps past what it will never receive (docs/protocol.md 1.7 c).
       def take(client, channel, found, msgs, status)
         withheld = false
         position = client.positions[channel]

@@ -3,7 +3,7 @@
 module Herald
   module Store
     # The embedded, durable store: an append-only log of segment files in one directory, shared by every
-    # process that opens it (DESIGN.md section 4). Each process keeps what is retained in memory (the
+    # process that opens it (docs/log.md). Each process keeps what is retained in memory (the
     # Index), reads records other processes append (woken by Wakeup), and writes under an flock so ids
     # are assigned in commit order across processes.
     #
