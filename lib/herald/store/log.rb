@@ -97,6 +97,8 @@ module Herald
         @index.last_global_id
       end
 
+      def local_reads? = true
+
       def backlog(channel, last_id = 0, site_id: nil) = reading { @index.backlog(Store.channel_key(channel, site_id), last_id) }
 
       def global_backlog(last_id = 0, limit: nil) = reading { @index.global_backlog(last_id, limit) }
