@@ -25,7 +25,7 @@ class RailsAppTest < Minitest::Test
   RUBY_3_2 = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.2")
   # The current Rails for this Ruby, a default `rails new` app with the Puma it picks (`puma >= 5.0`: the
   # newest, 8.x today). Rails 7.2.4 is the newest that runs on Ruby 3.1.
-  RAILS = RUBY_3_2 ? "8.1.4.1" : "7.2.4"
+  RAILS = RUBY_3_2 ? "8.1.4" : "7.2.4"
   # The oldest supported minor (Herald::Rails::MINIMUM_RAILS; Rack 2.2), production only, on Ruby 3.1: a
   # `--minimal` app with Puma 6 (its `rails new` asks for Puma 5, which Herald's plugin does not support).
   OLDEST_RAILS = "7.0.10"
@@ -89,6 +89,8 @@ class RailsAppTest < Minitest::Test
     check_deferred_exactly_once
     check_notifications
     check_rails_log
+    check_solid_queue if rails8?
+    check_kill_9_of_a_worker
     check_logs(puma_log)
     stop_in_flight_and_restart(app, puma_pid)
     check_logs(*Dir[File.join(@tmp, "puma-*.log")])
@@ -133,6 +135,25 @@ class RailsAppTest < Minitest::Test
     assert_empty handled.map { |l| Integer(l.split[0]) }.uniq - workers, "handled in Puma's workers only (#{workers})"
   end
 
+  # kill -9 of the worker whose thread handled the events: Puma boots a new one (with its INFO line), a worker
+  # takes the subscriber over, and the next 10 events are each handled once, none by the dead process.
+  def check_kill_9_of_a_worker
+    app = @run[:app]
+    handled_file = File.join(app, "log", "handled.txt")
+    victim = Integer(File.readlines(handled_file).last.split[0])
+    Process.kill(:KILL, victim)
+    eventually(timeout: 60, message: "Puma did not replace worker #{victim}") do
+      (puma_workers(@run[:puma_log]) - [victim]).size >= 2 && File.read(@run[:puma_log]).scan(/Puma worker \d+ \(pid \d+\)/).size >= 3
+    end
+    run!(app, "bin/rails", "runner", '(20...30).each { |n| Herald.publish_event({"n" => n, "text" => "after-kill"}, channel: "/orders") }')
+    eventually(timeout: 60, message: "after kill -9 of #{victim}: not every event handled") { (numbers(handled_file) & (20...30).to_a).size == 10 }
+    sleep 1 # a duplicate would come now
+    after = File.readlines(handled_file).select { |l| l.split[3] == "after-kill" }
+    assert_equal (20...30).to_a, after.map { |l| Integer(l.split[2]) }.sort, "each event once after the kill -9"
+    refute_includes after.map { |l| Integer(l.split[0]) }, victim
+    log "kill -9 of worker #{victim}: the next 10 events handled once, by #{after.map { |l| l.split[0] }.uniq.join(", ")}"
+  end
+
   # ActiveSupport::Notifications (the fixture's initializer writes each *.herald event as a JSON line).
   def check_notifications
     workers = puma_workers(@run[:puma_log])
@@ -153,6 +174,18 @@ class RailsAppTest < Minitest::Test
     herald = text.lines.grep(/Puma worker \d+ \(pid \d+\): deferred subscribers running: OrderLogger/)
     assert_equal puma_workers(@run[:puma_log]).sort, herald.map { |l| Integer(l[/\(pid (\d+)\)/, 1]) }.sort,
       "one INFO line of Herald's Puma plugin per worker"
+  end
+
+  # Rails 8's default job backend beside Herald: Solid Queue's supervisor runs inside Puma (its plugin, with
+  # SOLID_QUEUE_IN_PUMA, next to `plugin :herald`); a job enqueued by a runner is performed there, once.
+  def check_solid_queue
+    app = @run[:app]
+    jobs = File.join(app, "log", "jobs.txt")
+    run!(app, "bin/rails", "runner", 'NoteJob.perform_later("jöb ✓")')
+    eventually(timeout: 60, message: "Solid Queue did not perform the job") { File.exist?(jobs) && File.read(jobs).include?("jöb ✓") }
+    sleep 1 # a second run would come now
+    assert_equal ["jöb ✓"], File.readlines(jobs).map { |l| l.split(" ", 2)[1].chomp }
+    log "Solid Queue performed the job in pid #{File.read(jobs).split.first} (Puma workers: #{puma_workers(@run[:puma_log])})"
   end
 
   # What a log may say that is a warning, an error or a backtrace, and the lines the test itself causes.
@@ -240,7 +273,9 @@ class RailsAppTest < Minitest::Test
   def env
     clean = ENV.to_h.select { |k, _| k.start_with?("BUNDLE_", "BUNDLER_", "GEM_") || %w[RUBYOPT RUBYLIB].include?(k) }.transform_values { nil }
     clean.merge("GEM_HOME" => gems, "GEM_PATH" => gems, "PATH" => "#{gems}/bin:#{ENV["PATH"]}",
-      "SECRET_KEY_BASE" => "x" * 64, "RAILS_LOG_TO_STDOUT" => "1", "RAILS_ENV" => @rails_env || "production", "NOKOGIRI_USE_SYSTEM_LIBRARIES" => "1")
+      "SECRET_KEY_BASE" => "x" * 64, "RAILS_LOG_TO_STDOUT" => "1", "RAILS_ENV" => @rails_env || "production",
+      "NOKOGIRI_USE_SYSTEM_LIBRARIES" => "1", "SOLID_QUEUE_IN_PUMA" => ("1" if @rails && rails8?),
+      "RAILS_SERVE_STATIC_FILES" => "1") # Rails 7.0 serves public/ only with it (7.1+ always)
   end
 
   def run!(dir, *cmd, env: {})
@@ -252,6 +287,8 @@ class RailsAppTest < Minitest::Test
   def gems = File.join(GEMS, @rails || RAILS)
 
   def oldest? = @rails == OLDEST_RAILS
+
+  def rails8? = Gem::Version.new(@rails) >= Gem::Version.new("8")
 
   # Rails itself, once; the rest of a default app's Gemfile is installed by #bundle on its first run.
   def install_rails(rails)
@@ -273,8 +310,10 @@ class RailsAppTest < Minitest::Test
     _, _, st = Open3.capture3(env, "bundle", "install", "--local", chdir: app)
     return if st.success?
     started = monotonic
-    definition = Bundler::Dsl.evaluate(File.join(app, "Gemfile"), nil, {})
-    wanted = definition.dependencies.select(&:current_platform?).map { |d| "#{d.name}:#{d.requirement}" }
+    # Read by the Bundler the app uses (this process's may be older than the Gemfile's platform names).
+    wanted = run!(app, "ruby", "-rbundler", "-e", <<~RUBY).lines.map(&:chomp)
+      Bundler::Dsl.evaluate("Gemfile", nil, {}).dependencies.select(&:current_platform?).each { |d| puts "\#{d.name}:\#{d.requirement}" }
+    RUBY
     log "installing the app's gems into #{gems} (once): #{wanted.join(", ")}"
     run!(app, "gem", "install", "--conservative", "--no-document", *wanted)
     run!(app, "bundle", "install", "--local")
@@ -319,13 +358,18 @@ class RailsAppTest < Minitest::Test
   # run_javascript, run_hotwire, run_solid; --skip-bundle only so that #bundle installs without network).
   # Kamal (deployment) is left out: its `kamal init` writes deploy files this test has no use for.
   def default_app
-    rails8 = Gem::Version.new(@rails) >= Gem::Version.new("8")
-    run!(@tmp, "rails", "_#{@rails}_", "new", "app", "--skip-bundle", "--skip-git", *("--skip-kamal" if rails8))
+    run!(@tmp, "rails", "_#{@rails}_", "new", "app", "--skip-bundle", "--skip-git", *("--skip-kamal" if rails8?))
     app = File.join(@tmp, "app")
     bundle(app)
     run!(app, "bin/rails", "importmap:install")
     run!(app, "bin/rails", "turbo:install", "stimulus:install")
-    run!(app, "bin/rails", "solid_cache:install", "solid_queue:install", "solid_cable:install") if rails8
+    return app unless rails8?
+    run!(app, "bin/rails", "solid_cache:install", "solid_queue:install", "solid_cable:install")
+    File.write(File.join(app, "app", "jobs", "note_job.rb"), <<~RUBY)
+      class NoteJob < ApplicationJob
+        def perform(text) = Rails.root.join("log", "jobs.txt").open("a") { |f| f.puts "\#{Process.pid} \#{text}" }
+      end
+    RUBY
     app
   end
 
@@ -341,6 +385,10 @@ class RailsAppTest < Minitest::Test
       gem "rails", "#{@rails}"
       gem "puma", "#{OLDEST_PUMA}"
     GEMFILE
+    # What its layout and the browser ask for, without an asset pipeline (a 404 is a FATAL line in Rails' log).
+    FileUtils.mkdir_p(File.join(app, "public", "stylesheets"))
+    File.write(File.join(app, "public", "stylesheets", "application.css"), "")
+    File.write(File.join(app, "public", "favicon.ico"), "")
     app
   end
 
