@@ -18,6 +18,10 @@ module Herald
     # A damaged cursor (CorruptCursorError) stops the subscriber: `error` holds why, it lets go of its
     # lease and never reads again in this process. Starting over from cursor 0 would run every retained
     # event again.
+    #
+    # A subscriber with no saved cursor starts after the store's last global id as it was when this
+    # Worker was built (the pool starts before the publish that starts it: that event is handled), or at
+    # 0 with `deferred start: :oldest`; the cursor is saved at once, so a restart resumes there.
     class Worker
       BATCH = 1000
       SAVE_EVERY = 0.05
@@ -38,6 +42,7 @@ module Herald
         @match = {}
         @lease = nil
         @next_lease_try = 0.0
+        @start = (subscriber.herald_start == :oldest) ? 0 : store.last_global_id
         @cursor = 0
         @saved = 0
         @saved_at = 0.0
@@ -100,13 +105,20 @@ module Herald
         @next_lease_try = now + LEASE_RETRY
         lease = @store.lease(@name) or return false
         begin
-          @cursor = @saved = @store.load_cursor(@name)
+          @cursor = @saved = @store.load_cursor(@name, default: nil) || first_cursor
         rescue Exception # standard:disable Lint/RescueException
           lease.release # never keep the lease with a cursor that was not read
           raise
         end
         @lease = lease
         true
+      end
+
+      # No cursor saved yet: this subscriber is new. Saved now, so a crash before its first event does not
+      # move the start to a later "now".
+      def first_cursor
+        @store.save_cursor(@name, @start)
+        @start
       end
 
       def release

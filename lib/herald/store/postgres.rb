@@ -155,9 +155,9 @@ module Herald
       # Kept fresh by every append and read of the meta and by the listener's periodic check.
       def known_epoch = @epoch || epoch
 
-      def load_cursor(name)
+      def load_cursor(name, default: 0)
         raw = first_value(read { |c| run(c, "load_cursor", [name]) })
-        Store.parse_cursor(raw, name: name, where: "the table #{@table}_cursors")
+        Store.parse_cursor(raw, name: name, where: "the table #{@table}_cursors", default: default)
       end
 
       def save_cursor(name, global_id)
