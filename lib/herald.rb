@@ -12,6 +12,7 @@ require_relative "herald/codec/json"
 require_relative "herald/codec/msgpack"
 require_relative "herald/message"        # the immutable value every reader gets
 require_relative "herald/store"          # the store contract
+require_relative "herald/store/limits"   # what every store accepts: ranges, sizes, the checks
 require_relative "herald/store/watchers" # Store#watch: appends wake an event loop directly
 require_relative "herald/store/memory"   # reference store
 require_relative "herald/store/log/record"    # the embedded log: frame + record layout

@@ -11,6 +11,7 @@ module Herald
       include BacklogCache::Reads
 
       def wait(last_global_id, timeout:)
+        Limits.validate_wait!(last_global_id, timeout)
         raise ClosedError, "store is closed" if @closed
         @notifier.wait(last_global_id, timeout)
       end
