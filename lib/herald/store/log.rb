@@ -3,7 +3,7 @@
 module Herald
   module Store
     # The embedded, durable store: an append-only log of segment files in one directory, shared by every
-    # process that opens it (DESIGN.md section 4). Each process keeps what is retained in memory (the
+    # process that opens it (docs/log.md). Each process keeps what is retained in memory (the
     # Index), reads records other processes append (woken by Wakeup), and writes under an flock so ids
     # are assigned in commit order across processes.
     #
@@ -23,6 +23,7 @@ module Herald
       include GroupCommit
       include WriteLease
       include Cursors
+      include Replacement
 
       DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
       DEFAULT_DIR = "herald-data"
@@ -40,7 +41,7 @@ module Herald
 
       # max_payload_bytes: the most data (as encoded) a message may carry, Limits::MAX_PAYLOAD_BYTES at most.
       def initialize(dir:, fsync: :interval, segment_bytes: DEFAULT_SEGMENT_BYTES,
-        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 30,
+        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 30, on_reset: nil,
         max_payload_bytes: Limits::MAX_PAYLOAD_BYTES)
         Limits.validate_retention!(max_backlog_size, max_backlog_age, error: InvalidArgumentError)
         Limits.validate_seconds!(:lock_timeout, lock_timeout)
@@ -53,8 +54,9 @@ module Herald
         @segment_bytes = segment_bytes
         @max_backlog_size = max_backlog_size
         @max_backlog_age = max_backlog_age
-        @corrupt_records = []
         @lock_timeout = lock_timeout # how long an append waits for another process's write lock (WriteLease)
+        # The directory was replaced under this store (Replacement): a new epoch, ids start over.
+        @on_reset = on_reset || ->(old, new) { Herald.logger.warn "log #{@dir} was replaced under a running store (epoch #{old} -> #{new}): readers start again from the new directory's messages" }
         open
       end
 
@@ -106,6 +108,8 @@ module Herald
         @index.last_global_id
       end
 
+      def local_reads? = true
+
       def backlog(channel, last_id = 0, site_id: nil)
         Limits.validate_key!(channel, site_id)
         Limits.validate_id!(:last_id, last_id)
@@ -123,9 +127,10 @@ module Herald
         reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
         @lock.synchronize do
+          resets = @resets
           loop do
             raise ClosedError, "store is closed" if @closed
-            break if @index.last_global_id > last_global_id
+            break if @index.last_global_id > last_global_id || @resets != resets # (a reset: ids started over)
             left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
             break if left <= 0
             begin

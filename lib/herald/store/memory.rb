@@ -73,6 +73,8 @@ module Herald
       # under the GVL; an append in progress may not be seen yet, as for a poll that came a moment sooner.
       def peek_last_global_id = @global_id
 
+      def local_reads? = true
+
       def backlog(channel, last_id = 0, site_id: nil)
         Limits.validate_key!(channel, site_id)
         Limits.validate_id!(:last_id, last_id)
