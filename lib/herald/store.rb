@@ -27,7 +27,9 @@ module Herald
   #   global_backlog(last_id = 0, limit: nil)   => [Message] global_id > last_id, oldest first
   #   epoch                                     => String; changes when the store is reset (wiped, flushed)
   #   known_epoch                               => String; the epoch as this instance last saw it, without
-  #     asking a server (what every HTTP reply names, see Rack::Responder#extra_headers)
+  #     asking a server (what every HTTP reply names, see Rack::Responder#extra_headers). Readers keeping a
+  #     position (Bus's dispatcher, Rack::Reactor, Events::Worker) compare it and start again when it changes:
+  #     a reset store numbers its messages again
   #
   #   peek_last_global_id                       => Integer; last_global_id as cheaply as the store can: no lock
   #     (Memory, Log: an append in progress may not be seen yet), a round trip for the networked stores
@@ -43,7 +45,7 @@ module Herald
   #   wait(last_global_id, timeout:)            => Integer last_global_id; returns at once when it is
   #     greater than the argument, else blocks until something is appended (by any process) or timeout.
   #     Raises ClosedError once the store is closed (also when close happens during the wait), so that
-  #     reader loops end instead of spinning.
+  #     reader loops end instead of spinning. (Log also returns when it found its directory replaced.)
   #
   # Durable readers (cursors and leases, for deferred subscribers)
   #   load_cursor(name) => Integer (0 when never saved); save_cursor(name, global_id)
