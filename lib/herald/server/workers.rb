@@ -12,7 +12,7 @@ module Herald
     # worker exits on its own, the others are stopped and the exit status is 1.
     class Workers
       def initialize(count, log: $stdout, **options, &on_start)
-        raise ArgumentError, "workers must be an Integer >= 1, got #{count.inspect}" unless count.is_a?(Integer) && count >= 1
+        raise InvalidArgumentError, "workers must be an Integer >= 1, got #{count.inspect}" unless count.is_a?(Integer) && count >= 1
         @count = count
         @log = log
         @options = options

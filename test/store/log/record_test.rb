@@ -56,7 +56,7 @@ class LogRecordTest < Minitest::Test
       assert_equal expected(gid, 7, channel, nil, payload, codec_id, at, nil, max_size, max_age), frame, "SEED=#{seed}"
       assert_equal Record.encode(String.new(encoding: Encoding::BINARY), gid, 7, channel, nil, payload, codec_id, at, nil, max_size, max_age), frame
     end
-    assert_raises(ArgumentError) { Record.constant_parts("c" * 0x10000, 1, nil, nil) }
+    assert_raises(Herald::InvalidMessageError) { Record.constant_parts("c" * 0x10000, 1, nil, nil) }
   end
 
   # A buffer that shares its bytes (a dup, a slice to its end) cannot be cut back by "@0": it is cleared.
