@@ -182,6 +182,28 @@ class FrontTest < Minitest::Test
     assert_operator now - started, :<, 3
   end
 
+  # A graceful stop: the request the pool holds is answered (`connection: close`) before the loop ends, an
+  # idle keep-alive connection gets a FIN (no reset), a request sent after the stop began is not run, and
+  # new connections are refused.
+  def test_stop_answers_what_the_pool_holds_and_ends_the_rest_cleanly
+    slow = connect
+    slow.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    idle = connect
+    idle.write("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert_equal 404, read_replies(idle, 1).first.first
+    eventually { @gate.num_waiting == 1 }
+    stopper = Thread.new { @front.stop(grace: 5) }
+    eventually { idle.wait_readable(0) }
+    assert_nil idle.read_nonblock(1, exception: false), "the idle connection is ended with a FIN"
+    idle.write("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n") # too late: read and dropped, never run
+    assert_raises(Errno::ECONNREFUSED) { TCPSocket.new("127.0.0.1", @front.port) }
+    assert stopper.alive?, "the stop waits for the pool's request"
+    @gate << "finished"
+    status, headers, body = read_replies(slow, 1).first
+    assert_equal [200, "close", "finished"], [status, headers["connection"], body]
+    assert stopper.join(5), "the stop returns once the reply is written"
+  end
+
   def test_the_rack_env
     socket = connect
     socket.write("GET /env?a=%20b HTTP/1.1\r\nHost: example.org:8080\r\n\r\nGET http://other/env HTTP/1.1\r\nHost: [::1]:9\r\n\r\n")
