@@ -137,18 +137,29 @@ class FrontTest < Minitest::Test
     assert_equal [200, "ab\0🎉".b], [status, body.b]
   end
 
+  # RFC 9110 10.1.1: a server MUST ignore a 100-continue expectation in an HTTP/1.0 request.
+  def test_no_100_continue_for_http_1_0
+    socket = connect
+    socket.write("POST /echo HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+    assert_nil socket.wait_readable(0.3), "an HTTP/1.0 client was sent 100 Continue"
+    socket.write("ok")
+    status, _, body = read_replies(socket, 1).first
+    assert_equal [200, "ok"], [status, body]
+  end
+
   # The status Puma's parser limits map to, and what the front end refuses itself; never a 5xx.
   def test_limits_and_malformed_requests
     {
       "GET /#{"a" * 9000} HTTP/1.1\r\n\r\n" => 414,
       "GET / HTTP/1.1\r\nX: #{"a" * 90_000}\r\n\r\n" => 431,
-      "POST /echo HTTP/1.1\r\nContent-Length: 1001\r\n\r\n" => 413,
-      "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n" => 413,
-      "POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n" => 501,
-      "POST /echo HTTP/1.1\r\nContent-Length: -1\r\n\r\n" => 400,
-      "POST /echo HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n" => 400,
-      "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" => 400,
-      "GET / HTTP/1.1\r\nBad Header\r\n\r\n" => 400,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n" => 413,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n" => 413,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" => 501, # RFC 9112 6.1
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n" => 400, # RFC 9112 6.3: chunked not final
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n" => 400,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n" => 400,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" => 400,
+      "GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n" => 400,
       "\r\n\r\n" => 400
     }.each do |request, expected|
       socket = connect

@@ -37,5 +37,8 @@ class GracefulStopTest < Minitest::Test
     puts "\ngraceful stop (herald server #{args.join(" ")}): SEED=#{@seed} #{tally}"
     assert tally.failures.empty?, "SEED=#{@seed}: #{tally.failures.size} failures\n#{tally.failures.first(5).join("\n")}"
     assert_operator tally.acknowledged, :>, 0
+    # Herald's front ends every connection with a FIN and drains it; Puma's reactor closes idle keep-alive
+    # connections as they are, so a request arriving just then is reset (never run: checked above).
+    assert_equal 0, tally.resets, "connections reset by herald's front" unless args.include?("--puma")
   end
 end

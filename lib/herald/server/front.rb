@@ -20,7 +20,8 @@ module Herald
     # HTTP/1.1 keep-alive and pipelining (requests answered in order, one at a time per connection),
     # Content-Length and chunked bodies up to max_request_bytes (413 over it, before the body is read),
     # Puma's parser limits (414 for the request target, 431 for the header section, 400 for the rest),
-    # 501 for other transfer codings, and a whole request within `timeout` seconds (slowloris): an idle
+    # RFC 9112 framing checked strictly (HttpConnection: 400, 501 or 505, then closed), and a whole request
+    # within `timeout` seconds (slowloris): an idle
     # or stalled connection is closed after it (408 when a request was under way).
     #
     # #stop is graceful: the listener closes at once (new connections are refused), no new request is
