@@ -21,8 +21,8 @@ module Herald
     # Content-Length and chunked bodies up to max_request_bytes (413 over it, before the body is read),
     # Puma's parser limits (414 for the request target, 431 for the header section, 400 for the rest),
     # RFC 9112 framing checked strictly (HttpConnection: 400, 501 or 505, then closed), and a whole request
-    # within `timeout` seconds (slowloris): an idle
-    # or stalled connection is closed after it (408 when a request was under way).
+    # within `timeout` seconds (slowloris): an idle or stalled connection is closed after it (408 when a
+    # request was under way).
     #
     # #stop is graceful: the listener closes at once (new connections are refused), no new request is
     # read, and the loop keeps running until every request the pool holds is answered and its reply
