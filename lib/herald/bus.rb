@@ -31,6 +31,7 @@ module Herald
       @dispatcher = nil
       @closed = false
       @valid_names = {} # channel => its name as stored (UTF-8, frozen): the channels checked so far
+      @epoch = nil # the store's epoch the dispatcher's cursor belongs to
     end
 
     # Returns the message's per-channel id, as message_bus does. (Keywords spelled out: forwarding
@@ -202,15 +203,18 @@ module Herald
     def global?(channel) = channel.start_with?(GLOBAL_PREFIX)
 
     # The cursor survives errors (a lost Redis/PostgreSQL connection): re-reading it after a failure
-    # would skip whatever was appended meanwhile.
+    # would skip whatever was appended meanwhile. It belongs to the store's epoch: a reset store (a log
+    # directory replaced, a flushed Redis) numbers its messages again, and its messages are delivered from
+    # its start (restart).
     def dispatch_loop
       cursor = nil
       begin
+        @epoch ||= @store.known_epoch
         cursor ||= @store.last_global_id
         until @closed
           activate_pending
           @store.wait(cursor, timeout: WAIT_SLICE)
-          cursor = dispatch_after(cursor)
+          cursor = (@store.known_epoch == @epoch) ? dispatch_after(cursor) : restart
         end
       rescue ClosedError
         nil
@@ -235,10 +239,20 @@ module Herald
       end
     end
 
+    # The store was reset: every subscription starts again from the new epoch's first message. The cursor
+    # ends at least at the last id read before (a floor with no message under it would wake `wait` at once).
+    def restart
+      @epoch = @store.known_epoch
+      @lock.synchronize { @subscriptions.each(&:restart) }
+      floor = @store.last_global_id
+      [dispatch_after(0), floor].max
+    end
+
+    # Reads after `cursor` and delivers; a batch read while the epoch changed is left to `restart`.
     def dispatch_after(cursor)
       loop do
         batch = @store.global_backlog(cursor, limit: BATCH)
-        return cursor if batch.empty?
+        return cursor if batch.empty? || @store.known_epoch != @epoch
         subs = @lock.synchronize { @subscriptions.dup }
         batch.each do |msg|
           subs.each { |sub| safely(msg) { sub.deliver(msg) } }

@@ -169,7 +169,7 @@ module Herald
     # Ruby. With a networked store (Redis, PostgreSQL) a poll waits for a round trip, so polls run on the
     # thread pool, which waits for several at once, and the loop only reads and writes.
     def inline_paths
-      return ->(_path) { false } unless @bus.store.is_a?(Store::Log) || @bus.store.is_a?(Store::Memory)
+      return ->(_path) { false } unless @bus.store.local_reads?
       prefix = @middleware.prefix
       script = "#{prefix}herald.js"
       ->(path) { path.start_with?(prefix) && path != script }

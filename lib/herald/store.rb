@@ -22,13 +22,25 @@ module Herald
   #   global_backlog(last_id = 0, limit: nil)   => [Message] global_id > last_id, oldest first
   #   epoch                                     => String; changes when the store is reset (wiped, flushed)
   #   known_epoch                               => String; the epoch as this instance last saw it, without
-  #     asking a server (what every HTTP reply names, see Rack::Responder#extra_headers)
+  #     asking a server (what every HTTP reply names, see Rack::Responder#extra_headers). Readers keeping a
+  #     position (Bus's dispatcher, Rack::Reactor, Events::Worker) compare it and start again when it changes:
+  #     a reset store numbers its messages again
+  #
+  #   peek_last_global_id                       => Integer; last_global_id as cheaply as the store can: no lock
+  #     (Memory, Log: an append in progress may not be seen yet), a round trip for the networked stores
+  #
+  # Capabilities (what readers decide by, never the store's class)
+  #   local_reads?                              => true when reads answer from this process's memory (Memory,
+  #     Log): an event loop may read inline; false when a read is a network round trip (Redis, PostgreSQL)
+  #   watch { }                                 => a Store::Watchers::Watch (#cancel, #io, #readable) whose
+  #     block runs whenever the last global id moves, or nil when the store cannot call back (networked stores:
+  #     readers wait through `wait` on their own thread instead)
   #
   # Waiting
   #   wait(last_global_id, timeout:)            => Integer last_global_id; returns at once when it is
   #     greater than the argument, else blocks until something is appended (by any process) or timeout.
   #     Raises ClosedError once the store is closed (also when close happens during the wait), so that
-  #     reader loops end instead of spinning.
+  #     reader loops end instead of spinning. (Log also returns when it found its directory replaced.)
   #
   # Durable readers (cursors and leases, for deferred subscribers)
   #   load_cursor(name) => Integer (0 when never saved); save_cursor(name, global_id)
@@ -58,19 +70,32 @@ module Herald
     #   postgres://..., postgresql://...       => Store::Postgres
     #   memory:                                => Store::Memory
     #   a directory path (or file:///path)     => Store::Log
+    # Another store plugs in with its own scheme (it needs only the contract above):
+    #   Herald::Store.register_url("mystore://", %r{\Amystore://}i) { |url, **options| MyStore.new(url: url, **options) }
     def self.from_url(url, **options)
       raise ArgumentError, "store URL must be a String, got #{url.inspect}" unless url.is_a?(String)
-      case url
-      when %r{\Arediss?://}i then Redis.new(url: url, **options)
-      when %r{\Apostgres(ql)?://}i then Postgres.new(url: url, **options)
-      when /\Amemory:/i then Memory.new(**options)
-      when %r{\Afile://}i then Log.new(dir: url.sub(%r{\Afile://}i, ""), **options)
-      when %r{\A[a-z][a-z0-9+.-]*://}i
-        raise ArgumentError, "Unknown store URL scheme: #{url.inspect}, expected redis://, rediss://, postgres://, postgresql://, memory: or a directory"
-      when "" then raise ArgumentError, "store URL is empty: give redis://, postgres:// or a directory"
-      else Log.new(dir: url, **options)
+      raise ArgumentError, "store URL is empty: give redis://, postgres:// or a directory" if url.empty?
+      _, _, build = @urls.find { |_, pattern, _| pattern.match?(url) }
+      return build.call(url, **options) if build
+      if url.match?(%r{\A[a-z][a-z0-9+.-]*://}i)
+        raise ArgumentError, "Unknown store URL scheme: #{url.inspect}, expected #{@urls.map(&:first).join(", ")} or a directory"
       end
+      Log.new(dir: url, **options)
     end
+
+    # name: how the scheme reads in error messages; pattern: matched against the whole URL; the block builds
+    # the store from the URL and from_url's options. Registered later, tried later.
+    def self.register_url(name, pattern, &build)
+      @urls << [name, pattern, build].freeze
+    end
+
+    @urls = []
+    register_url("redis://", %r{\Aredis://}i) { |url, **options| Redis.new(url: url, **options) }
+    register_url("rediss://", %r{\Arediss://}i) { |url, **options| Redis.new(url: url, **options) }
+    register_url("postgres://", %r{\Apostgres://}i) { |url, **options| Postgres.new(url: url, **options) }
+    register_url("postgresql://", %r{\Apostgresql://}i) { |url, **options| Postgres.new(url: url, **options) }
+    register_url("memory:", /\Amemory:/i) { |_url, **options| Memory.new(**options) }
+    register_url("file://", %r{\Afile://}i) { |url, **options| Log.new(dir: url.sub(%r{\Afile://}i, ""), **options) }
 
     # A cursor is a global id: an Integer >= 0. Checked before saving, so nothing else is ever stored.
     def self.validate_cursor!(global_id)

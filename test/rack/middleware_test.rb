@@ -2,7 +2,7 @@
 
 require_relative "rack_helper"
 
-# PROTOCOL.md 1.12, every MUST, through Rack::Lint with Rack::MockRequest (no hijack: parked clients are
+# docs/protocol.md 1.12, every MUST, through Rack::Lint with Rack::MockRequest (no hijack: parked clients are
 # held by a blocking body). The same cases over a real socket are in middleware_socket_test.rb.
 class MiddlewareTest < Minitest::Test
   include Herald::RackHelpers

@@ -37,7 +37,7 @@ class PostgresStoreTest < Minitest::Test
     assert_reader_survives_disruption(expect_reset: false)
   end
 
-  # Slow transactions from several sessions (FAULTS.md 3.9): a poller reading "global_id > last" must
+  # Slow transactions from several sessions (a fault the PostgreSQL store must survive): a poller reading "global_id > last" must
   # never skip an id that commits after a higher one (what a bigserial would do).
   def test_ids_follow_commit_order_with_slow_concurrent_transactions
     last = append("/warm", 0).global_id

@@ -3,7 +3,7 @@
 module Herald
   module Store
     # The embedded, durable store: an append-only log of segment files in one directory, shared by every
-    # process that opens it (DESIGN.md section 4). Each process keeps what is retained in memory (the
+    # process that opens it (docs/log.md). Each process keeps what is retained in memory (the
     # Index), reads records other processes append (woken by Wakeup), and writes under an flock so ids
     # are assigned in commit order across processes.
     #
@@ -23,6 +23,7 @@ module Herald
       include GroupCommit
       include WriteLease
       include Cursors
+      include Replacement
 
       DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
       DEFAULT_DIR = "herald-data"
@@ -39,7 +40,7 @@ module Herald
       attr_reader :dir, :fsync, :corrupt_records
 
       def initialize(dir:, fsync: :interval, segment_bytes: DEFAULT_SEGMENT_BYTES,
-        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 30)
+        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 30, on_reset: nil)
         Store.validate_retention!(max_backlog_size, max_backlog_age)
         raise ArgumentError, "lock_timeout must be a positive number of seconds, got #{lock_timeout.inspect}" unless lock_timeout.is_a?(Numeric) && lock_timeout > 0
         raise ArgumentError, "Unknown fsync mode #{fsync.inspect}, expected one of #{Syncer::MODES.inspect}" unless Syncer::MODES.include?(fsync)
@@ -50,8 +51,9 @@ module Herald
         @segment_bytes = segment_bytes
         @max_backlog_size = max_backlog_size
         @max_backlog_age = max_backlog_age
-        @corrupt_records = []
         @lock_timeout = lock_timeout # how long an append waits for another process's write lock (WriteLease)
+        # The directory was replaced under this store (Replacement): a new epoch, ids start over.
+        @on_reset = on_reset || ->(old, new) { Herald.logger.warn "log #{@dir} was replaced under a running store (epoch #{old} -> #{new}): readers start again from the new directory's messages" }
         open
       end
 
@@ -95,6 +97,8 @@ module Herald
         @index.last_global_id
       end
 
+      def local_reads? = true
+
       def backlog(channel, last_id = 0, site_id: nil) = reading { @index.backlog(Store.channel_key(channel, site_id), last_id) }
 
       def global_backlog(last_id = 0, limit: nil) = reading { @index.global_backlog(last_id, limit) }
@@ -103,9 +107,10 @@ module Herald
         reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
         @lock.synchronize do
+          resets = @resets
           loop do
             raise ClosedError, "store is closed" if @closed
-            break if @index.last_global_id > last_global_id
+            break if @index.last_global_id > last_global_id || @resets != resets # (a reset: ids started over)
             left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
             break if left <= 0
             begin

@@ -65,6 +65,8 @@ module Herald
       # under the GVL; an append in progress may not be seen yet, as for a poll that came a moment sooner.
       def peek_last_global_id = @global_id
 
+      def local_reads? = true
+
       def backlog(channel, last_id = 0, site_id: nil)
         @lock.synchronize do
           ch = @channels[Store.channel_key(channel, site_id)] or return []

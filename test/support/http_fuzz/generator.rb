@@ -195,7 +195,7 @@ module Herald
         end
       end
 
-      # Two long polls with one client id (the runner sends them): the one superseded (PROTOCOL.md 1.6) must
+      # Two long polls with one client id (the runner sends them): the one superseded (docs/protocol.md 1.6) must
       # be answered, not leaked. `cut` carries the two __seq values (first, second).
       def supersede
         Case.new(bytes: "supersede #{hex(16)}".b, well_formed: true, parks: true, delivery: :send,

@@ -13,7 +13,7 @@ module Herald
       LONG_AGES = [3600, 86_400, 30 * 86_400].freeze
       MAX_SUBSCRIPTIONS = 6
       WEIGHTS = {publish: 45, backlog: 15, last_id: 7, last_ids: 5, global_backlog: 8, subscribe: 3, finish: 2,
-                 reopen: 1, fork: 0.6, sleep: 0.4}.freeze
+                 reopen: 1, fork: 0.6, sleep: 0.4, replace_dir: 0.3}.freeze
 
       attr_reader :text
 
@@ -139,6 +139,16 @@ module Herald
       end
 
       def sleep = {op: :sleep, seconds: @text.pick([0.05, 0.1, 0.2, 0.4])}
+
+      # Another process wipes the store (a log directory emptied and recreated) and publishes into the new
+      # one (no retention: see Runner#fork), while this one holds it open with readers (Runner#run_replace_dir).
+      def replace_dir
+        @open.clear # every subscription is finished first
+        @forking = true
+        {op: :replace_dir, publishes: Array.new(@text.int(0..4)) { publish.merge(max_backlog_size: nil, max_backlog_age: nil) }}
+      ensure
+        @forking = false
+      end
     end
   end
 end

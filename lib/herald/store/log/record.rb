@@ -23,7 +23,7 @@ module Herald
       #
       # Bytes, not text: the record is built in a binary buffer, and every piece (channel, site, payload) is
       # appended as its bytes, whatever its encoding. Reading tags channel and site as UTF-8 and the payload
-      # as its codec says, so the same bytes and encodings come back (DESIGN.md "Data: the same bytes out as in").
+      # as its codec says, so the same bytes and encodings come back (docs/log.md).
       module Record
         FRAME = "L<L<"
         FRAME_SIZE = 8

@@ -31,7 +31,7 @@ module Herald
 
         # Makes everything written to `segment` durable now.
         def sync_now(segment)
-          segment.sync
+          segment&.sync # (none while the store opens a replaced directory)
         rescue IOError
           nil # the segment was closed (deleted, or the store closed) after a final sync
         rescue SystemCallError => e
