@@ -47,15 +47,25 @@ module Herald
       publish_positional(channel, data, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age)
     end
 
-    def last_id(channel, site_id: nil) = @store.last_id(channel, site_id: site_key(channel, site_id))
+    # Reads refuse the names publish refuses (InvalidArgumentError): such a name is no channel ("a$|$b" would
+    # read channel "a" of site "b"), and a wrong type must not reach the store as a key.
+    def last_id(channel, site_id: nil)
+      validate_channel!(channel, InvalidArgumentError)
+      @store.last_id(channel, site_id: site_key(channel, site_name(site_id, InvalidArgumentError)))
+    end
 
     def last_ids(*channels, site_id: nil)
       channels = channels.flatten
+      channels.each { |c| validate_channel!(c, InvalidArgumentError) }
+      site_id = site_name(site_id, InvalidArgumentError)
       return @store.last_ids(channels, site_id: site_id) unless site_id && channels.any? { |c| global?(c) }
       channels.to_h { |c| [c, last_id(c, site_id: site_id)] }
     end
 
-    def backlog(channel, last_id = 0, site_id: nil) = @store.backlog(channel, last_id, site_id: site_key(channel, site_id))
+    def backlog(channel, last_id = 0, site_id: nil)
+      validate_channel!(channel, InvalidArgumentError)
+      @store.backlog(channel, last_id, site_id: site_key(channel, site_name(site_id, InvalidArgumentError)))
+    end
 
     def global_backlog(last_id = 0, limit: nil) = @store.global_backlog(last_id, limit: limit)
 
@@ -65,10 +75,12 @@ module Herald
     # subscribe(channel, site_id: "s")       that site only; last_id is then a message id of that site
     # subscribe { |msg| }                    every channel (last_id, if given, is a global id)
     def subscribe(channel = nil, last_id = nil, site_id: nil, &block)
-      raise ArgumentError, "subscribe needs a block" unless block
+      raise InvalidArgumentError, "subscribe needs a block" unless block
       raise ClosedError, "bus is closed" if @closed
+      Store::Limits.validate_id!(:last_id, last_id) if last_id
       sub = if channel
-        channel_subscription(channel, last_id, site_key(channel, site_name(site_id)), block)
+        validate_channel!(channel, InvalidArgumentError)
+        channel_subscription(channel, last_id, site_key(channel, site_name(site_id, InvalidArgumentError)), block)
       else
         Subscription.new(bus: self, channel: nil, site_id: nil, last_id: last_id || @store.last_global_id, catch_up: true, callback: block)
       end
@@ -95,7 +107,6 @@ module Herald
 
     # On one site: counted by that site's message ids. On every site (site_id nil): by global ids from now.
     def channel_subscription(channel, last_id, site_id, block)
-      validate_channel!(channel)
       floor = site_id ? nil : @store.last_global_id
       last_id ||= @store.last_id(channel, site_id: site_id) if site_id
       Subscription.new(bus: self, channel: channel, site_id: site_id, last_id: last_id, global_floor: floor, catch_up: true, callback: block)
@@ -148,14 +159,12 @@ module Herald
       @valid_names[channel] = name
     end
 
+    # The store checks the rest once (targets, retention, the data's size: Store::Limits), for every way in.
     def validate!(channel, user_ids, group_ids, client_ids, site_id)
       validate_channel!(channel)
       text!(:channel, channel)
       site_id = site_name(site_id)
       Store.validate_name_sizes!(channel, site_id)
-      validate_targets!(:user_ids, user_ids) if user_ids
-      validate_targets!(:group_ids, group_ids) if group_ids
-      validate_targets!(:client_ids, client_ids) if client_ids
       if global?(channel) && (user_ids || group_ids)
         raise InvalidMessageError, "user_ids and group_ids cannot target a /global/ channel"
       end
@@ -164,22 +173,17 @@ module Herald
 
     # Any non-empty String names a channel, with or without a leading / (message_bus accepts `abc` too).
     # The site separator cannot be allowed: "a$|$b" without a site and "a" on site "b" would share one key.
-    def validate_channel!(channel)
-      raise ArgumentError, "channel must be a non-empty String, got #{channel.inspect}" unless channel.is_a?(String) && !channel.empty?
+    # (InvalidMessageError at publish, InvalidArgumentError on reads and subscribe.)
+    def validate_channel!(channel, error = InvalidMessageError)
+      raise error, "channel must be a non-empty String, got #{Store::Limits.shown(channel)}" unless channel.is_a?(String) && !channel.empty?
       return unless channel.include?(Store::SITE_SEPARATOR)
-      raise ArgumentError, "channel must not contain #{Store::SITE_SEPARATOR} (it separates channel and site id in the store's keys), got #{channel.inspect}"
-    end
-
-    def validate_targets!(name, ids)
-      raise InvalidMessageError, "#{name} must be a non-empty Array or nil, got #{ids.inspect}" unless ids.is_a?(Array) && !ids.empty?
-      # [current_user&.id] for a visitor: a nil target would match every anonymous client.
-      raise InvalidMessageError, "#{name} must not contain nil, got #{ids.inspect}" if ids.include?(nil)
+      raise error, "channel must not contain #{Store::SITE_SEPARATOR} (it separates channel and site id in the store's keys), got #{channel.inspect}"
     end
 
     # Channel names and site ids are UTF-8 text, stored as bytes and read back as UTF-8 by every store.
-    def text!(name, value)
+    def text!(name, value, error = InvalidMessageError)
       return if value.valid_encoding? && (value.encoding == Encoding::UTF_8 || value.ascii_only?)
-      raise InvalidMessageError, "#{name} must be valid UTF-8, got #{value.encoding} #{value.dump[0, 60]}"
+      raise error, "#{name} must be valid UTF-8, got #{value.encoding} #{value.dump[0, 60]}"
     end
 
     # An ASCII name in another encoding (Rack's env strings are ASCII-8BIT, Integer#to_s gives US-ASCII) is
@@ -188,12 +192,12 @@ module Herald
 
     # A site id is a String ("" is a site of its own, as in message_bus); Symbols and Integers are named
     # by their text, so every store returns the same String.
-    def site_name(site_id)
+    def site_name(site_id, error = InvalidMessageError)
       case site_id
       when nil then nil
-      when String then utf8(site_id.tap { text!(:site_id, site_id) })
+      when String then utf8(site_id.tap { text!(:site_id, site_id, error) })
       when Symbol, Integer then utf8(site_id.to_s)
-      else raise InvalidMessageError, "site_id must be a String, got #{site_id.class}"
+      else raise error, "site_id must be a String (or a Symbol or Integer, named by its text), got #{site_id.class}"
       end
     end
 

@@ -97,6 +97,7 @@ module Herald
       # processes' appends poke, selected on here beside the clients.
       def watch_store
         watch = @bus.store.watch { moved } or return nil # (networked stores: messages come from a bus subscription)
+        @watch_monitor = nil
         if watch.io
           @watch_monitor = @selector.register(watch.io, :r)
           @watch_monitor.value = watch
