@@ -44,6 +44,14 @@ module Herald
       every_site_catch_up(store)
     end
 
+    # The store was reset (a new epoch, ids started over): what it holds now is new to this subscription.
+    # On the dispatcher thread.
+    def restart
+      @last_id = 0 if @last_id
+      @global = 0 if @global
+      @catch_up = false
+    end
+
     def deliver(msg)
       return unless @active && matches?(msg)
       if @every_site

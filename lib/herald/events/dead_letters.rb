@@ -30,6 +30,16 @@ module Herald
           max_backlog_size: MAX_BACKLOG_SIZE)
       end
 
+      # The global id of the last event `name` gave up on (0: none retained). A subscriber's events are
+      # buried in log order, so every event up to it was done with: a cursor behind it (a crash between
+      # the burial and the cursor's save) resumes after it, and no event is buried twice.
+      def last_buried(name)
+        channel = self.class.channel(name)
+        last = @store.last_id(channel)
+        return 0 if last.zero?
+        @store.backlog(channel, last - 1).last&.data&.fetch("global_id", 0) || 0
+      end
+
       # Every dead letter of every subscriber (or of one), oldest first.
       def list(name = nil)
         msgs = name ? @store.backlog(self.class.channel(name), 0) : dead_messages

@@ -6,10 +6,17 @@ module Herald
     # the dead-letter channel. Runs on the subscriber's worker thread, so a backoff holds back that
     # subscriber's later events (order per subscriber is kept) and no other subscriber's. Every failure
     # is logged through Herald.logger: a warning for each attempt retried, an error when it gives up.
+    #
+    # Whatever a handler raises is its own failure, Exception subclasses included (SystemStackError,
+    # NotImplementedError, LoadError, NoMemoryError, an app's own): retried as its retry_on says, then
+    # dead-lettered, so it never takes the worker thread (and the other subscribers on it) down. Only
+    # STOPS go through: the process is asked to stop, and the worker pool hands over before it does.
     class Delivery
       PROCESS = "process.herald"
       RETRY = "retry.herald"
       DEAD = "dead.herald"
+      # What a handler may raise that stops the process rather than the event (Interrupt is a SignalException).
+      STOPS = [SignalException, SystemExit].freeze
 
       def initialize(subscriber, handler, dead_letters:, stopper:)
         @subscriber = subscriber
@@ -34,14 +41,17 @@ module Herald
         "#{error.class}: #{readable(error.message)}#{" (#{readable(origin)})" if origin}"
       end
 
-      # True when the message is done with (handled, or buried as a dead letter); false when a shutdown
-      # interrupted a backoff: the message stays unprocessed and is delivered again after the restart.
+      # True when the message was handled, :buried when it went to the dead letters (both: done with);
+      # false when a shutdown interrupted a backoff: the message stays unprocessed and is delivered again
+      # after the restart.
       def deliver(msg)
         attempt = 1
         loop do
           call(msg, attempt)
           return true
-        rescue => e
+        rescue *STOPS
+          raise
+        rescue Exception => e # standard:disable Lint/RescueException
           return bury(msg, e, attempt) unless @policy.retry?(e, attempt)
           wait = @policy.delay(attempt)
           Herald.logger.warn "deferred subscriber #{@name} failed on #{where(msg)} (attempt #{attempt} of " \
@@ -83,7 +93,7 @@ module Herald
         if Instrumentation.listening?(DEAD)
           Instrumentation.instrument(DEAD, {subscriber: @name, message: msg, error: error, attempts: attempts})
         end
-        true
+        :buried
       end
     end
   end

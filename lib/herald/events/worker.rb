@@ -36,11 +36,13 @@ module Herald
         @name = subscriber.subscriber_name
         @store = store
         @stopper = stopper
-        @delivery = Delivery.new(subscriber, subscriber.new, dead_letters: DeadLetters.new(store), stopper: stopper)
+        @dead_letters = DeadLetters.new(store)
+        @delivery = Delivery.new(subscriber, subscriber.new, dead_letters: @dead_letters, stopper: stopper)
         @channels = subscriber.herald_targets.grep(String).freeze
         @classes = subscriber.herald_targets.grep(Module).freeze
         @match = {}
         @lease = nil
+        @epoch = nil # the store's epoch the lease and cursor belong to
         @next_lease_try = 0.0
         @start = (subscriber.herald_start == :oldest) ? 0 : store.last_global_id
         @cursor = 0
@@ -51,6 +53,7 @@ module Herald
 
       # Processes one batch. Returns how many messages it read (0: nothing to do, the pool may wait).
       def step
+        restart if @lease && @store.known_epoch != @epoch
         return 0 unless owner?
         batch = @store.global_backlog(@cursor, limit: BATCH)
         if batch.empty?
@@ -68,6 +71,14 @@ module Herald
         save_cursor if @cursor != @saved
       ensure
         release
+      end
+
+      # Its thread died, or a handler is stopping the process: the exact cursor is saved and the lease let
+      # go, so a standby process takes over at once; this one tries again only after `cool_off` seconds.
+      def hand_over(cool_off: 0)
+        finish
+      ensure
+        @next_lease_try = monotonic + cool_off
       end
 
       # In a forked child: the parent's lease is the parent's; drop this copy without saving anything.
@@ -89,8 +100,10 @@ module Herald
         batch.each do |msg|
           break if @stopper.stopped?
           if match?(msg)
-            break unless @delivery.deliver(msg) # a shutdown cut its retries short: not done
+            done = @delivery.deliver(msg)
+            break unless done # a shutdown cut its retries short: not done
             @cursor = msg.global_id
+            save_cursor if done == :buried # at once: a dead letter is written once (see resume_point)
           else
             @cursor = msg.global_id
             next unless (skipped += 1) % CHECK_EVERY == 0
@@ -99,13 +112,25 @@ module Herald
         end
       end
 
+      # The store was reset (a log directory replaced, a flushed Redis): the lease and the cursor belong to
+      # what is gone. Let go without saving (the old cursor means nothing in the new epoch); the next step
+      # takes the new store's lease and cursor.
+      def restart
+        Herald.logger.warn "#{@name}: the store was reset (epoch #{@epoch} -> #{@store.known_epoch}): resuming from its saved cursor there"
+        release
+        @next_lease_try = 0.0
+        @start = 0 # "now" was an id of the old store; everything in the new one came after the reset
+      end
+
       def acquire
         now = monotonic
         return false if @error || now < @next_lease_try
         @next_lease_try = now + LEASE_RETRY
+        @epoch = @store.known_epoch # before the lease and cursor: a reset after it is seen by the next step
         lease = @store.lease(@name) or return false
         begin
-          @cursor = @saved = @store.load_cursor(@name, default: nil) || first_cursor
+          @saved = @store.load_cursor(@name, default: nil) || first_cursor
+          @cursor = resume_point(@saved)
         rescue Exception # standard:disable Lint/RescueException
           lease.release # never keep the lease with a cursor that was not read
           raise
@@ -120,6 +145,11 @@ module Herald
         @store.save_cursor(@name, @start)
         @start
       end
+
+      # After the saved cursor, or after the last dead letter when a crash came between burying an event and
+      # saving the cursor past it: the events up to it were done with, in order, and are not run (nor
+      # buried) again.
+      def resume_point(saved) = [saved, @dead_letters.last_buried(@name)].max
 
       def release
         @lease&.release

@@ -59,9 +59,12 @@ module Herald
         @stopper = Stopper.new
         @on_error = on_error || LOG_ERROR
         @workers = subscribers.map { |s| Worker.new(s, store: store, stopper: @stopper) }
+        @resting = {} # worker => until when it is left alone after an error outside its handler
+        @lock = Mutex.new
         groups = Array.new([threads, @workers.size].min) { [] }
         @workers.each_with_index { |w, i| groups[i % groups.size] << w }
-        @threads = groups.map { |group| Thread.new { run(group) } }
+        @threads = []
+        groups.each_with_index { |group, slot| @lock.synchronize { @threads[slot] = start_thread(group, slot) } }
       end
 
       # Stops taking work; lets in-flight handlers finish until `timeout` (minus the time kept back for
@@ -71,8 +74,9 @@ module Herald
         deadline = monotonic + timeout
         @stopper.stop!
         finish_by = deadline - [0.1, timeout * 0.2].min
-        @threads.each { |t| t.join([finish_by - monotonic, 0].max) }
-        abandoned = @threads.select(&:alive?)
+        threads = @lock.synchronize { @threads.dup } # none is restarted once stopped (restart)
+        threads.each { |t| t.join([finish_by - monotonic, 0].max) }
+        abandoned = threads.select(&:alive?)
         abandoned.each { |t| t.kill.join([deadline - monotonic, 0.01].max) }
         @workers.each { |w| finish(w) }
         abandoned.empty?
@@ -82,10 +86,48 @@ module Herald
 
       private
 
+      # How long the subscribers of a thread that died stay away from their leases in this process: a
+      # standby process (trying every Worker::LEASE_RETRY) takes over first.
+      COOL_OFF = 2 * Worker::LEASE_RETRY
+      # Errors about the store itself, not one subscriber: the thread waits and tries again (IDLE_WAIT).
+      STORE_ERRORS = [ClosedError, ConnectionError].freeze
+
+      def start_thread(group, slot)
+        Thread.new { run(group, slot) }.tap do |t|
+          t.name = "herald-events-#{slot}"
+          t.report_on_exception = false # what ends it is logged here (restart)
+        end
+      end
+
       # A worker that keeps pace with a busy publisher would read one event per wakeup: a thread switch and
       # a lock round trip per event. After a small batch it lingers LINGER seconds, so the next read takes a
       # whole burst (deferred work is late by at most that much).
-      def run(workers)
+      #
+      # Nothing a handler raises ends the thread (Delivery contains it). A handler stopping the process
+      # (Delivery::STOPS) has this thread's cursors saved and leases freed first (`stopping`); anything
+      # else that ends the thread (Thread#kill or Thread.exit in a handler) has them freed and the thread
+      # restarted (`restart`).
+      def run(workers, slot)
+        ended = false
+        begin
+          serve(workers)
+          ended = true
+        rescue ClosedError
+          ended = true # the store was closed under us: nothing left to read
+        rescue *Delivery::STOPS => e
+          ended = true # not restarted: the process is stopping
+          stopping(workers, e)
+        rescue Exception => e # standard:disable Lint/RescueException
+          @on_error.call(e, workers.map(&:name).join(", "))
+          @stopper.sleep(IDLE_WAIT)
+          retry unless @stopper.stopped?
+          ended = true
+        ensure
+          restart(workers, slot, $!) unless ended || @stopper.stopped?
+        end
+      end
+
+      def serve(workers)
         until @stopper.stopped?
           seen = @store.last_global_id
           read = 0
@@ -96,20 +138,49 @@ module Herald
             @stopper.sleep(LINGER)
           end
         end
-      rescue ClosedError
-        nil # the store was closed under us: nothing left to read
-      rescue => e
-        @on_error.call(e, workers.map(&:name).join(", "))
-        @stopper.sleep(IDLE_WAIT)
-        retry unless @stopper.stopped?
       end
 
+      # One subscriber's failure outside its handler (an event it cannot decode, a dead letter it cannot
+      # write) is its own: the others on the thread go on, and it is tried again after IDLE_WAIT.
       def step(worker)
+        return 0 if (resting = @resting[worker]) && monotonic < resting
         worker.step
       rescue *FATAL => e
         worker.stop!(e)
         @on_error.call(e, worker.name)
         0
+      rescue *Delivery::STOPS, *STORE_ERRORS
+        raise
+      rescue Exception => e # standard:disable Lint/RescueException
+        @on_error.call(e, worker.name)
+        @resting[worker] = monotonic + IDLE_WAIT
+        0
+      end
+
+      # A handler raised Interrupt, SignalException or SystemExit: it means the process, so it goes on to
+      # the main thread (as if the handler had run there), once this thread's cursors are saved and its
+      # leases free for a standby process.
+      def stopping(workers, error)
+        workers.each { |w| hand_over(w) }
+        Herald.logger.error "deferred subscribers #{workers.map(&:name).join(", ")}: a handler raised " \
+          "#{Delivery.describe(error)}; cursors saved and leases released, raising it in the main thread"
+        Thread.main.raise(error) unless Thread.current == Thread.main
+      end
+
+      # The thread ended without being asked to: its subscribers' leases are freed at once (a standby
+      # process takes over) and a new thread serves them here, taking leases again after COOL_OFF.
+      def restart(workers, slot, error)
+        Herald.logger.error "deferred subscribers #{workers.map(&:name).join(", ")}: their worker thread " \
+          "#{error ? "ended (#{Delivery.describe(error)})" : "was killed"}; leases released, a new thread " \
+          "takes them again after #{COOL_OFF} s"
+        workers.each { |w| hand_over(w) }
+        @lock.synchronize { @threads[slot] = start_thread(workers, slot) unless @stopper.stopped? }
+      end
+
+      def hand_over(worker)
+        worker.hand_over(cool_off: COOL_OFF)
+      rescue Exception => e # standard:disable Lint/RescueException
+        @on_error.call(e, worker.name)
       end
 
       def finish(worker)

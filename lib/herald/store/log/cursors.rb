@@ -39,12 +39,22 @@ module Herald
           end
         end
 
-        # An flock on leases/NAME: the kernel frees it when the owner's process dies.
+        # An flock on leases/NAME: the kernel frees it when the owner's process dies. A new owner reads what
+        # the previous one stored (its last dead letter, say) before it goes on: the index catches up with
+        # the segments now, not when the previous owner's wakeup is handled.
         def lease(name)
           file = storing { File.new(@directory.join("leases", Directory.escape(name)), File::RDWR | File::CREAT, 0o644) }
-          return Lease.new { file.close } if file.flock(File::LOCK_EX | File::LOCK_NB)
-          file.close
-          nil
+          unless file.flock(File::LOCK_EX | File::LOCK_NB)
+            file.close
+            return nil
+          end
+          begin
+            refresh
+          rescue Exception # standard:disable Lint/RescueException
+            file.close # never held without having read
+            raise
+          end
+          Lease.new { file.close }
         end
 
         private
