@@ -202,15 +202,19 @@ module Herald
     def global?(channel) = channel.start_with?(GLOBAL_PREFIX)
 
     # The cursor survives errors (a lost Redis/PostgreSQL connection): re-reading it after a failure
-    # would skip whatever was appended meanwhile.
+    # would skip whatever was appended meanwhile. It is a global id of the store's epoch (see
+    # dispatch_after). The wait is for ids past both the cursor and the latest announced: after a reset the
+    # latest may be an id no message has (the new epoch's floor), and waiting on the cursor alone would spin.
     def dispatch_loop
-      cursor = nil
+      cursor = epoch = nil
+      latest = 0
       begin
         cursor ||= @store.last_global_id
+        epoch ||= @store.known_epoch
         until @closed
           activate_pending
-          @store.wait(cursor, timeout: WAIT_SLICE)
-          cursor = dispatch_after(cursor)
+          latest = @store.wait([cursor, latest].max, timeout: WAIT_SLICE)
+          cursor, epoch = dispatch_after(cursor, epoch)
         end
       rescue ClosedError
         nil
@@ -235,16 +239,27 @@ module Herald
       end
     end
 
-    def dispatch_after(cursor)
+    # A reset store (a new epoch: Redis restarted empty or flushed, PostgreSQL's tables dropped and created
+    # again) is read from its beginning: what was stored since may have ids below the cursor. A read
+    # during which the epoch changed may hold either epoch's messages: it is read again.
+    def dispatch_after(cursor, epoch)
       loop do
+        now = @store.known_epoch
+        cursor, epoch = restart(now) if now != epoch
         batch = @store.global_backlog(cursor, limit: BATCH)
-        return cursor if batch.empty?
+        next if @store.known_epoch != now
+        return [cursor, epoch] if batch.empty?
         subs = @lock.synchronize { @subscriptions.dup }
         batch.each do |msg|
           subs.each { |sub| safely(msg) { sub.deliver(msg) } }
         end
         cursor = batch.last.global_id
       end
+    end
+
+    def restart(epoch)
+      @lock.synchronize { @subscriptions.dup }.each(&:restart)
+      [0, epoch]
     end
 
     def safely(msg)

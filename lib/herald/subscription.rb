@@ -56,6 +56,13 @@ module Herald
       @callback.call(msg)
     end
 
+    # The store was reset (a new epoch): its ids start again, so the positions kept against duplicates go
+    # back to the new epoch's start. Called on the dispatcher thread.
+    def restart
+      @last_id = (@every_site || @last_id.nil?) ? nil : 0
+      @global = 0 if @global
+    end
+
     private
 
     def matches?(msg)

@@ -48,7 +48,7 @@ module Herald
       # Processes one batch. Returns how many messages it read (0: nothing to do, the pool may wait).
       def step
         return 0 unless owner?
-        batch = @store.global_backlog(@cursor, limit: BATCH)
+        batch = read_batch or return 0
         if batch.empty?
           save_cursor if @cursor != @saved
           return 0
@@ -124,7 +124,35 @@ module Herald
       # After the saved cursor, or after the last dead letter when a crash came between burying an event and
       # saving the cursor past it: the events up to it were done with, in order, and are not run (nor
       # buried) again.
-      def resume_point(saved) = [saved, @dead_letters.last_buried(@name)].max
+      def resume_point(saved)
+        @epoch = @store.known_epoch
+        [saved, @dead_letters.last_buried(@name)].max
+      end
+
+      # The cursor is a global id of the epoch it was read in. A read during which the epoch changed is
+      # read again; nil when the store was reset (restart).
+      def read_batch
+        loop do
+          epoch = @store.known_epoch
+          return restart(epoch) if epoch != @epoch
+          batch = @store.global_backlog(@cursor, limit: BATCH)
+          return batch if @store.known_epoch == epoch
+        end
+      end
+
+      # A reset store (a new epoch: Redis restarted empty or flushed, PostgreSQL's tables created again)
+      # lost its leases and cursors with its messages, and what it stored since may have ids below this
+      # cursor: the lease is taken again (another process may hold it now), without saving the old
+      # epoch's cursor, and the new epoch is read from its beginning (the cursor saved in it, if any).
+      def restart(epoch)
+        Herald.logger.warn "deferred subscriber #{@name}: the store was reset (epoch #{@epoch} -> #{epoch}); " \
+          "it reads the new epoch from its first event (its cursor was #{@cursor})"
+        @epoch = epoch
+        @cursor = @saved = 0
+        release
+        @next_lease_try = 0.0
+        nil
+      end
 
       def release
         @lease&.release

@@ -156,12 +156,19 @@ module Herald
 
       # Pages of GLOBAL_PAGE references, resolved to records by Scripts::GLOBAL (references to expired
       # channels are skipped there). Expired records are left out after the read: with a limit, it reads
-      # on past them, so a page is never short while live messages follow.
+      # on past them, so a page is never short while live messages follow. Records of an epoch this
+      # process does not know yet (a reset) make it recover first (last_global_id): a reader that compares
+      # known_epoch before and after the call sees the reset and reads the new epoch from its start.
       def global_backlog(last_id = 0, limit: nil)
         found = []
         loop do
           want = limit ? [limit - found.size, GLOBAL_PAGE].min : GLOBAL_PAGE
-          read_count, last_read, *records = read { |r| evalsha_with(r, Scripts::GLOBAL, [@global_key, last_id, want], keys: 1) }
+          known = @epoch
+          read_count, last_read, epoch, *records = read { |r| evalsha_with(r, Scripts::GLOBAL, [@global_key, @meta_key, last_id, want], keys: 2) }
+          if epoch != known
+            last_global_id
+            return found if known && @epoch != known
+          end
           messages = Packed.decode_all(records)
           @high = messages.last.global_id if messages.any? && messages.last.global_id > @high
           found.concat(Packed.unexpired(messages))
@@ -370,6 +377,7 @@ module Herald
         @next_epoch = Store.new_epoch if epoch == @next_epoch
         return unless old || reset
         @cache&.clear
+        @notifier.reset(gid)
         @on_reset.call(old, epoch)
       end
 
