@@ -2,7 +2,14 @@
 
 # Herald: a fast, durable message bus for Ruby web apps. One log, many readers.
 #
-# The parts, in dependency order:
+# How a message flows (docs/architecture.md has the whole picture):
+#   Herald.publish -> Bus#publish: checks, Codec#encode once -> Store#append: global id + per-channel id
+#   -> the store wakes its readers: in this process the Rack reactor (Store#watch), the Bus dispatcher and the
+#      event workers (Store#wait); other processes through Log::Wakeup sockets or Redis/PostgreSQL's Notifier
+#   -> each reader reads the store after its own cursor (global_backlog) and delivers.
+#
+# The parts, in dependency order.
+# Core: errors, logging, fork safety, codecs, the message value.
 require_relative "herald/version"
 require_relative "herald/errors"
 require_relative "herald/logger"         # Herald.logger: where warnings go ($stderr, or Rails.logger)
@@ -10,8 +17,11 @@ require_relative "herald/fork_tracker"   # Process._fork hook: stores drop inher
 require_relative "herald/codec"          # codec interface + registry
 require_relative "herald/codec/json"
 require_relative "herald/codec/msgpack"
+require_relative "herald/codec/raw"      # a String's bytes as given (ActionCable's payloads)
 require_relative "herald/message"        # the immutable value every reader gets
+# Stores: the contract, then Memory, the embedded Log, and what the networked stores share.
 require_relative "herald/store"          # the store contract
+require_relative "herald/store/limits"   # what every store accepts: ranges, sizes, the checks
 require_relative "herald/store/watchers" # Store#watch: appends wake an event loop directly
 require_relative "herald/store/memory"   # reference store
 require_relative "herald/store/log/record"    # the embedded log: frame + record layout
@@ -26,6 +36,7 @@ require_relative "herald/store/log/recovery"  # open, catch up, roll, retire
 require_relative "herald/store/log/group_commit" # fsync :always, one fsync per batch of appenders
 require_relative "herald/store/log/write_lease" # the write lock kept between appends, given up when asked
 require_relative "herald/store/log/cursors"   # cursors and leases of durable readers
+require_relative "herald/store/log/replacement" # a directory replaced under a running store: a reset
 require_relative "herald/store/log/checker"   # verification for `herald check`
 require_relative "herald/store/log"
 require_relative "herald/store/packed"   # one binary string per message, for the networked stores
@@ -36,9 +47,12 @@ require_relative "herald/store/networked"     # what the Redis and PostgreSQL st
 # The networked stores load their client gem (redis-client, pg) on first use, so apps need only the one they use.
 Herald::Store.autoload :Redis, File.expand_path("herald/store/redis", __dir__)
 Herald::Store.autoload :Postgres, File.expand_path("herald/store/postgres", __dir__)
+# The bus and the facade's configuration.
 require_relative "herald/subscription"
 require_relative "herald/bus"            # publish / subscribe / backlog over one store
 require_relative "herald/config"
+require_relative "herald/cable"          # ActionCable's broadcastings: their channels (adapter: herald)
+# Durable events: subscribers, workers, retries, dead letters.
 require_relative "herald/events/event_codec"     # events: Structs and Hashes as MessagePack with class tags
 require_relative "herald/events/instrumentation" # publish/process/retry/dead.herald (ActiveSupport or callbacks)
 require_relative "herald/events/subscriber"      # the Herald::Subscriber mixin
@@ -49,6 +63,7 @@ require_relative "herald/events/worker"          # one deferred subscriber: curs
 require_relative "herald/events/worker_pool"     # the threads, graceful shutdown
 require_relative "herald/events/runtime"         # publish_event, start_workers, shutdown, fork hook
 require_relative "herald/events/signals"         # SIGTERM -> graceful shutdown
+# HTTP: the message_bus protocol, SSE and MessagePack over Rack (the server and Rails load on demand).
 require_relative "herald/rack/wire"              # the bytes of a message on the wire, built once per process
 require_relative "herald/rack/poll_request"      # parsing and checking what a client sends
 require_relative "herald/rack/client"            # who polls, where it is, what it may see

@@ -1,4 +1,4 @@
-// Turning response bytes into messages, as they arrive. Three body shapes (PROTOCOL.md 1.4, 1.5 and
+// Turning response bytes into messages, as they arrive. Three body shapes (docs/protocol.md 1.4, 1.5 and
 // Herald's MessagePack addition):
 //   application/vnd.msgpack     a sequence of MessagePack arrays of message maps (one for a poll reply)
 //   text/plain (a JSON stream)  JSON arrays, each followed by "\r\n|\r\n" ("\r\n||\r\n" escapes it inside)

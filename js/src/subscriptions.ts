@@ -3,7 +3,7 @@
 //   - each subscription remembers the last message id it was given; a message at or below it is a repeat
 //     (a resumed stream, an overlapping poll) and is dropped;
 //   - the next request asks, per channel, from the lowest id any of its subscriptions has seen;
-//   - `/__status` (PROTOCOL.md 1.7) moves subscriptions to the server's position; a position below what a
+//   - `/__status` (docs/protocol.md 1.7) moves subscriptions to the server's position; a position below what a
 //     subscription already saw means the server's store was reset (ids went backwards), which is reported;
 //   - a new store epoch (Herald names it in its MessagePack replies) means a reset too, even when the new
 //     store's ids are above the client's: every subscription starts again from the new store's position,

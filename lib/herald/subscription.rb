@@ -44,6 +44,14 @@ module Herald
       every_site_catch_up(store)
     end
 
+    # The store was reset (a new epoch, ids started over): what it holds now is new to this subscription.
+    # On the dispatcher thread.
+    def restart
+      @last_id = 0 if @last_id
+      @global = 0 if @global
+      @catch_up = false
+    end
+
     def deliver(msg)
       return unless @active && matches?(msg)
       if @every_site
@@ -54,13 +62,6 @@ module Herald
         @last_id = id
       end
       @callback.call(msg)
-    end
-
-    # The store was reset (a new epoch): its ids start again, so the positions kept against duplicates go
-    # back to the new epoch's start. Called on the dispatcher thread.
-    def restart
-      @last_id = (@every_site || @last_id.nil?) ? nil : 0
-      @global = 0 if @global
     end
 
     private

@@ -2,7 +2,7 @@
 
 require_relative "rack_helper"
 
-# PROTOCOL.md 1.12 over a real socket: Puma in this process, full hijack, our own HTTP framing.
+# docs/protocol.md 1.12 over a real socket: Puma in this process, full hijack, our own HTTP framing.
 class MiddlewareSocketTest < Minitest::Test
   include Herald::RackHelpers
 

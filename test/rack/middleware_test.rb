@@ -2,7 +2,7 @@
 
 require_relative "rack_helper"
 
-# PROTOCOL.md 1.12, every MUST, through Rack::Lint with Rack::MockRequest (no hijack: parked clients are
+# docs/protocol.md 1.12, every MUST, through Rack::Lint with Rack::MockRequest (no hijack: parked clients are
 # held by a blocking body). The same cases over a real socket are in middleware_socket_test.rb.
 class MiddlewareTest < Minitest::Test
   include Herald::RackHelpers
@@ -251,7 +251,7 @@ class MiddlewareTest < Minitest::Test
   end
 
   def test_unknown_option_is_refused
-    error = assert_raises(ArgumentError) { Herald::Rack::Middleware.new(APP, bus: @bus, long_poling_interval: 1) }
+    error = assert_raises(Herald::InvalidArgumentError) { Herald::Rack::Middleware.new(APP, bus: @bus, long_poling_interval: 1) }
     assert_includes error.message, ":long_poling_interval"
   end
 

@@ -10,7 +10,8 @@ module Herald
   # loopback ports in temporary directories, stopped at exit. REDIS_URL / DATABASE_URL, when set, are
   # used instead. Missing binaries: a loud message naming the Debian packages; with ENV["CI"], a failure.
   module TestServers
-    PG_BIN = ENV.fetch("PG_BIN", "/usr/lib/postgresql/15/bin")
+    # Debian's PostgreSQL: 15 on bookworm, 17 on trixie (bin/ruby33's root); the newest installed.
+    PG_BIN = ENV.fetch("PG_BIN") { Dir["/usr/lib/postgresql/*/bin"].max_by { |d| d[%r{/(\d+)/bin\z}, 1].to_i } || "/usr/lib/postgresql/15/bin" }
     INSTALL = "apt-get install redis-server postgresql"
 
     class Unavailable < StandardError; end

@@ -128,9 +128,24 @@ module Herald
     # (worker-only processes).
     def start_workers(threads: Events.runtime.threads) = Events.runtime.start(bus, threads: threads)
 
-    # Stops the workers: see Herald::Events::WorkerPool#shutdown. True when no work was abandoned.
-    def shutdown(timeout: 25) = Events.runtime.shutdown(timeout: timeout)
-
     def dead_letters = Events::DeadLetters.new(bus.store)
+
+    # Stops the workers: see Herald::Events::WorkerPool#shutdown. True when no work was abandoned.
+    # Callable from a signal handler (Puma single mode runs its stop hooks inside its SIGTERM trap, where
+    # Mutex#lock raises ThreadError): there the work runs on a thread of its own, joined for as long.
+    def shutdown(timeout: 25)
+      return Events.runtime.shutdown(timeout: timeout) unless in_trap?
+      worker = Thread.new { Events.runtime.shutdown(timeout: timeout) }
+      worker.join(timeout + 1) ? worker.value : false
+    end
+
+    private
+
+    # Ruby has no flag for it: a trap handler is the one place where locking a fresh Mutex raises.
+    def in_trap?
+      Mutex.new.synchronize { false }
+    rescue ThreadError
+      true
+    end
   end
 end

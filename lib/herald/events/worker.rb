@@ -38,6 +38,7 @@ module Herald
         @classes = subscriber.herald_targets.grep(Module).freeze
         @match = {}
         @lease = nil
+        @epoch = nil # the store's epoch the lease and cursor belong to
         @next_lease_try = 0.0
         @cursor = 0
         @saved = 0
@@ -47,8 +48,10 @@ module Herald
 
       # Processes one batch. Returns how many messages it read (0: nothing to do, the pool may wait).
       def step
+        restart if @lease && @store.known_epoch != @epoch
         return 0 unless owner?
-        batch = read_batch or return 0
+        batch = @store.global_backlog(@cursor, limit: BATCH)
+        return 0 if @store.known_epoch != @epoch # found a reset (Redis: records of a new epoch): the next step restarts
         if batch.empty?
           save_cursor if @cursor != @saved
           return 0
@@ -105,10 +108,21 @@ module Herald
         end
       end
 
+      # The store was reset (a log directory replaced, a flushed Redis): the lease and the cursor belong to
+      # what is gone. Let go without saving (the old cursor means nothing in the new epoch); the next step
+      # takes the new store's lease and cursor.
+      def restart
+        Herald.logger.warn "#{@name}: the store was reset (epoch #{@epoch} -> #{@store.known_epoch}): resuming from its saved cursor there"
+        release
+        @next_lease_try = 0.0
+      end
+
       def acquire
         now = monotonic
         return false if @error || now < @next_lease_try
         @next_lease_try = now + LEASE_RETRY
+        @epoch = @store.known_epoch # before the lease and cursor: a reset after it is seen by the next step
+        @cursor_epoch ||= @epoch # the epoch this process first saw: see after_reset
         lease = @store.lease(@name) or return false
         begin
           @saved = @store.load_cursor(@name)
@@ -124,34 +138,18 @@ module Herald
       # After the saved cursor, or after the last dead letter when a crash came between burying an event and
       # saving the cursor past it: the events up to it were done with, in order, and are not run (nor
       # buried) again.
-      def resume_point(saved)
-        @epoch = @store.known_epoch
-        [saved, @dead_letters.last_buried(@name)].max
-      end
+      def resume_point(saved) = [after_reset(saved), @dead_letters.last_buried(@name)].max
 
-      # The cursor is a global id of the epoch it was read in. A read during which the epoch changed is
-      # read again; nil when the store was reset (restart).
-      def read_batch
-        loop do
-          epoch = @store.known_epoch
-          return restart(epoch) if epoch != @epoch
-          batch = @store.global_backlog(@cursor, limit: BATCH)
-          return batch if @store.known_epoch == epoch
-        end
-      end
-
-      # A reset store (a new epoch: Redis restarted empty or flushed, PostgreSQL's tables created again)
-      # lost its leases and cursors with its messages, and what it stored since may have ids below this
-      # cursor: the lease is taken again (another process may hold it now), without saving the old
-      # epoch's cursor, and the new epoch is read from its beginning (the cursor saved in it, if any).
-      def restart(epoch)
-        Herald.logger.warn "deferred subscriber #{@name}: the store was reset (epoch #{@epoch} -> #{epoch}); " \
-          "it reads the new epoch from its first event (its cursor was #{@cursor})"
-        @epoch = epoch
-        @cursor = @saved = 0
-        release
-        @next_lease_try = 0.0
-        nil
+      # A cursor that survived a reset this process saw (the cursors' table kept beside recreated ones, a
+      # restored backup), beyond the new epoch's last id, would skip the new epoch's first events: it is
+      # read from its start. Checked by the process that held the lease and by a standby taking over.
+      def after_reset(saved)
+        return saved if @cursor_epoch == @epoch
+        @cursor_epoch = @epoch
+        last = @store.last_global_id
+        return saved if saved <= last
+        Herald.logger.warn "#{@name}: its cursor #{saved} is beyond the reset store's last id #{last}: reading the new epoch from its start"
+        0
       end
 
       def release

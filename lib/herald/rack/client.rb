@@ -32,7 +32,7 @@ module Herald
         (site_id.nil? || channel.start_with?(GLOBAL_PREFIX)) ? channel : Store.channel_key(channel, site_id)
       end
 
-      # message_bus's Client#allowed? (PROTOCOL.md 1.8): client_ids AND (user_ids OR group_ids), then the
+      # message_bus's Client#allowed? (docs/protocol.md 1.8): client_ids AND (user_ids OR group_ids), then the
       # client message filters of matching prefixes, last registered first.
       def allowed?(msg, filters)
         client_ids = msg.client_ids

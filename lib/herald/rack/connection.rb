@@ -64,7 +64,7 @@ module Herald
         Instrumentation.instrument(DELIVER, {mode: (@mode == :poll) ? :long_poll : @mode, encoding: @encoding, messages: count})
       end
 
-      # Timeout or superseded: an empty reply, or `[]` and the end of the stream (PROTOCOL.md 1.5, 1.6).
+      # Timeout or superseded: an empty reply, or `[]` and the end of the stream (docs/protocol.md 1.5, 1.6).
       def finish
         return if @closed
         case @mode

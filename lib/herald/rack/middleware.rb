@@ -2,8 +2,8 @@
 
 module Herald
   module Rack
-    # Serves `{base_route}message-bus/...`, speaking the message_bus protocol (see PROTOCOL.md in the team's
-    # shared pages; the checklist is its section 1.12) so message_bus's own JS and Ruby clients work as is:
+    # Serves `{base_route}message-bus/...`, speaking the message_bus protocol (docs/protocol.md; the
+    # checklist is its section 1.12) so message_bus's own JS and Ruby clients work as is:
     #
     #   POST|OPTIONS {base}message-bus/{client_id}[/poll]   long poll, chunked stream or immediate reply
     #   GET          {base}message-bus/{client_id}/sse?/chat=5&/news=
@@ -23,7 +23,7 @@ module Herald
       CHUNKED_TYPE = "text/plain; charset=utf-8"
       SSE_TYPE = "text/event-stream"
       MSGPACK_TYPE = "application/vnd.msgpack"
-      # The headers of every reply, per content type, in message_bus's order (PROTOCOL.md 1.4); copied for
+      # The headers of every reply, per content type, in message_bus's order (docs/protocol.md 1.4); copied for
       # each response (Rack 3: an unfrozen Hash, and middleware in front may add to it).
       REPLY_HEADERS = [JSON_TYPE, CHUNKED_TYPE, SSE_TYPE, MSGPACK_TYPE].to_h do |type|
         [type, {"cache-control" => "must-revalidate, private, max-age=0", "content-type" => type, "pragma" => "no-cache", "expires" => "0"}.freeze]
@@ -67,7 +67,7 @@ module Herald
 
       def initialize(app, bus: nil, **options)
         unknown = options.keys - DEFAULTS.keys
-        raise ArgumentError, "Unknown option #{unknown.first.inspect}, expected one of #{DEFAULTS.keys.inspect}" if unknown.any?
+        raise InvalidArgumentError, "Unknown option #{unknown.first.inspect}, expected one of #{DEFAULTS.keys.inspect}" if unknown.any?
         @app = app
         @bus = bus # nil: Herald's default bus, looked up per request (see #bus)
         @options = DEFAULTS.merge(options).freeze

@@ -7,7 +7,7 @@ require "stringio"
 module Herald
   module Rack
     # What one poll asks for: channel => last id (nil = "from now"), and the client's `__seq`.
-    # Parsed from a form or JSON body (PROTOCOL.md 1.2), from `env["message_bus.channels"]` set by an
+    # Parsed from a form or JSON body (docs/protocol.md 1.2), from `env["message_bus.channels"]` set by an
     # upstream middleware, or from the query string (SSE). Everything a client sends is checked here, so
     # bad input becomes a Herald::RequestError with a 4xx status and a short message, never a 500.
     class PollRequest
@@ -193,6 +193,8 @@ module Herald
           raise RequestError, "channel names are non-empty UTF-8 strings (max #{MAX_CHANNEL_BYTES} bytes)"
         end
         raise RequestError, "channel names must not contain #{Store::SITE_SEPARATOR}" if key.include?(Store::SITE_SEPARATOR)
+        # ActionCable's broadcastings reach the clients its channels authorized, never a poll.
+        raise RequestError.new("#{Cable::PREFIX}... channels are ActionCable's; subscribe through ActionCable", status: 403) if Cable.channel?(key)
         key
       end
 

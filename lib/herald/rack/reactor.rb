@@ -50,6 +50,7 @@ module Herald
         @release_at = nil # when the sockets of the last fan-outs are to be closed (close_delay)
         @close_delay = CLOSE_DELAY
         @release_traces = [] # their trace recorders, done once the sockets are closed
+        @epoch = bus.store.known_epoch # the store's epoch @cursor and the parked clients' positions belong to
         @cursor = bus.store.last_global_id # the last global id fanned out
         @closed = false
         @trace = nil
@@ -66,9 +67,10 @@ module Herald
       def alive? = @thread.alive?
 
       # From a request thread: hold `conn` until its deadline. `msgs`/`status` are its backlog; `snapshot`
-      # is the store's last global id before that backlog was read (to catch up on a race, see #admit).
-      def park(conn, msgs, status, snapshot)
-        push([:park, conn, msgs, status, snapshot])
+      # is the store's last global id before that backlog was read (to catch up on a race, see #admit), and
+      # `epoch` the store's epoch then (a client whose backlog came from before a reset is let go at once).
+      def park(conn, msgs, status, snapshot, epoch = nil)
+        push([:park, conn, msgs, status, snapshot, epoch])
       end
 
       def gone(conn) = push([:gone, conn])
@@ -94,13 +96,27 @@ module Herald
       # The store wakes this loop for every append (Memory, Log). A Log's watch also has a socket that other
       # processes' appends poke, selected on here beside the clients.
       def watch_store
-        return nil unless @bus.store.respond_to?(:watch)
-        watch = @bus.store.watch { moved }
+        watch = @bus.store.watch { moved } or return nil # (networked stores: messages come from a bus subscription)
+        @watch_monitor = nil
         if watch.io
-          monitor = @selector.register(watch.io, :r)
-          monitor.value = watch
+          @watch_monitor = @selector.register(watch.io, :r)
+          @watch_monitor.value = watch
         end
         watch
+      end
+
+      # The store was reset (a log directory replaced, a flushed Redis): its ids started over, so the
+      # parked clients' positions and @cursor mean nothing there. Every parked client is answered (a long
+      # poll with nothing) and asks again, reading the new store's backlog; the watch is made again (a
+      # replaced log's wakeup sockets are new ones).
+      def restart
+        @epoch = @bus.store.known_epoch
+        @clients.values.each { |conn| end_connection(conn) }
+        return @cursor = 0 unless @watch # messages come from the bus, which starts the new epoch from its start
+        @watch_monitor&.close
+        @watch.cancel
+        @watch = watch_store
+        @cursor = @bus.store.last_global_id
       end
 
       # On the appending thread: only a flag and a wake-up, never the store's messages (read by the loop).
@@ -163,6 +179,7 @@ module Herald
       # and catch up from the backlog (admit): fanning out first serves the clients already waiting first.
       def read_store
         @store_moved = false
+        restart if @bus.store.known_epoch != @epoch
         loop do
           batch = @bus.store.global_backlog(@cursor, limit: Bus::BATCH)
           break if batch.empty?
@@ -179,6 +196,7 @@ module Herald
         until @inbox.empty?
           item = @inbox.pop
           if item.is_a?(Message)
+            restart if batch.nil? && @bus.store.known_epoch != @epoch # (the bus restarted first: these are the new epoch's)
             (batch ||= []) << item
             next
           end
@@ -189,10 +207,11 @@ module Herald
         fan_out(batch) if batch
       end
 
-      # A new parked client. Superseding (PROTOCOL.md 1.6): the connection with the greater __seq stays;
+      # A new parked client. Superseding (docs/protocol.md 1.6): the connection with the greater __seq stays;
       # on a tie the new one wins. Then catch up if messages were fanned out between its backlog read
       # and now: they would otherwise never reach it.
-      def admit(conn, msgs, status, snapshot)
+      def admit(conn, msgs, status, snapshot, epoch = nil)
+        return begin_connection(conn, msgs, status) && end_connection(conn) if epoch && epoch != @epoch
         if (old = @clients[conn.client.id])
           if old.client.seq > conn.client.seq
             return begin_connection(conn, msgs, status) && end_connection(conn)

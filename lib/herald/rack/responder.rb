@@ -3,8 +3,8 @@
 module Herald
   module Rack
     # Answers one request under `message-bus/`: parses it, reads the backlog with message_bus's five
-    # last-id cases (PROTOCOL.md 1.2), then replies now or parks the client on the event loop
-    # (the decision tree of PROTOCOL.md 1.3).
+    # last-id cases (docs/protocol.md 1.2), then replies now or parks the client on the event loop
+    # (the decision tree of docs/protocol.md 1.3).
     class Responder
       CLIENT_ID = /\A[A-Za-z0-9_.~-]{1,128}\z/
       HEADER_SAFE = /\A[^\r\n\0]*\z/
@@ -57,7 +57,9 @@ module Herald
         end
         @payload[:channels] = request.channels.size if @payload
         client = build_client(request)
-        snapshot = @stamp = @mw.bus.store.last_global_id # before anything is read: a publish after it ends a cached reply
+        store = @mw.bus.store
+        @epoch = store.known_epoch # before the snapshot: a reset after it is seen by the reactor (Reactor#admit)
+        snapshot = @stamp = store.last_global_id # before anything is read: a publish after it ends a cached reply
         msgs, status = sse ? sse_backlog(client, request) : backlog(client, request)
         respond(client, msgs, status, snapshot, sse)
       end
@@ -106,7 +108,7 @@ module Herald
         fn.call(@env)
       end
 
-      # The table of PROTOCOL.md 1.2, per channel. Sets the client's positions; returns [messages, status].
+      # The table of docs/protocol.md 1.2, per channel. Sets the client's positions; returns [messages, status].
       def backlog(client, request)
         bus = @mw.bus
         last_ids = bus.last_ids(*request.channels.keys, site_id: client.site_id)
@@ -128,7 +130,7 @@ module Herald
       end
 
       # Adds the messages the client may see; a withheld one puts the channel's position in the status,
-      # so the client jumps past what it will never receive (PROTOCOL.md 1.7 c).
+      # so the client jumps past what it will never receive (docs/protocol.md 1.7 c).
       def take(client, channel, found, msgs, status)
         withheld = false
         position = client.positions[channel]
@@ -199,12 +201,12 @@ module Herald
           io = @env["rack.hijack_io"] unless io.respond_to?(:write_nonblock)
           conn = SocketConnection.new(io: io, extra_headers: extra_header_lines, max_buffer: @options[:max_buffer], **common)
           conn.deadline = deadline
-          reactor.park(conn, msgs, status, snapshot)
+          reactor.park(conn, msgs, status, snapshot, @epoch)
           return [200, {}, []] # the server ignores the response after a full hijack
         end
         conn = QueueConnection.new(max_queue: 1000, on_gone: reactor.method(:gone), **common)
         conn.deadline = deadline
-        reactor.park(conn, msgs, status, snapshot)
+        reactor.park(conn, msgs, status, snapshot, @epoch)
         [200, stream_headers(mode), conn.rack_body(streaming: !Fiber.scheduler.nil?)]
       end
 
@@ -271,7 +273,7 @@ module Herald
 
       def store_epoch
         store = @mw.bus.store
-        epoch = store.known_epoch.to_s if store.respond_to?(:known_epoch)
+        epoch = store.known_epoch.to_s
         epoch if epoch&.match?(EPOCH_SAFE)
       end
 

@@ -140,7 +140,7 @@ module Herald
 
       def message_chunk(msg) = json? ? @wire.chunk(msg) : @wire.msgpack_chunk(msg)
 
-      # message_bus's hijacked reply (PROTOCOL.md 1.4, 1.5): its header order, `connection: close`.
+      # message_bus's hijacked reply (docs/protocol.md 1.4, 1.5): its header order, `connection: close`.
       def head(type, chunked: false, length: nil)
         out = +Wire::HEAD
         out << @extra_headers << "connection: close\r\ncontent-type: " << type << "\r\n"

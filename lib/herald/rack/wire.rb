@@ -6,7 +6,7 @@ require "msgpack"
 module Herald
   module Rack
     # The bytes a message is sent as, built once per process per encoding and shared by every client
-    # (DESIGN.md section 5): the JSON object, its streaming chunk (HTTP-framed and not), its SSE event and
+    # (docs/architecture.md, "A poll"): the JSON object, its streaming chunk (HTTP-framed and not), its SSE event and
     # its MessagePack map. Entries are kept in a two-generation cache keyed by global id, so a message read
     # again from the store (a new Message object) still reuses its bytes.
     #
@@ -35,7 +35,7 @@ module Herald
       # The start of every response we write ourselves on a hijacked socket (message_bus's header order).
       HEAD = "HTTP/1.1 200 OK\r\ncache-control: must-revalidate, private, max-age=0\r\npragma: no-cache\r\nexpires: 0\r\n"
 
-      # A JSON array as one streaming segment: escaped, then followed by the separator (PROTOCOL.md 1.5).
+      # A JSON array as one streaming segment: escaped, then followed by the separator (docs/protocol.md 1.5).
       def self.segment(json_array)
         json_array = json_array.gsub(SEPARATOR, ESCAPED_SEPARATOR) if json_array.include?(SEPARATOR)
         (json_array + SEPARATOR).freeze
@@ -117,7 +117,7 @@ module Herald
         e.msgpack_chunk || (e.msgpack_chunk = Wire.frame("\x91".b + msgpack(msg)))
       end
 
-      # The per-client `/__status` message (PROTOCOL.md 1.7); never cached, it differs per client.
+      # The per-client `/__status` message (docs/protocol.md 1.7); never cached, it differs per client.
       def status_json(status)
         %({"global_id":-1,"message_id":-1,"channel":"/__status","data":#{JSON.generate(status)}}).b
       end

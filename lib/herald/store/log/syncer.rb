@@ -16,7 +16,7 @@ module Herald
         attr_reader :mode, :failure
 
         def initialize(mode, &current_segment)
-          raise ArgumentError, "Unknown fsync mode #{mode.inspect}, expected one of #{MODES.inspect}" unless MODES.include?(mode)
+          raise InvalidArgumentError, "Unknown fsync mode #{mode.inspect}, expected one of #{MODES.inspect}" unless MODES.include?(mode)
           @mode = mode
           @current_segment = current_segment
           @written = 0 # how many writes so far (read by the interval thread)
@@ -31,7 +31,7 @@ module Herald
 
         # Makes everything written to `segment` durable now.
         def sync_now(segment)
-          segment.sync
+          segment&.sync # (none while the store opens a replaced directory)
         rescue IOError
           nil # the segment was closed (deleted, or the store closed) after a final sync
         rescue SystemCallError => e

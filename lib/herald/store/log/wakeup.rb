@@ -132,8 +132,15 @@ module Herald
         def listening? = !@socket.nil? && @thread.alive?
 
         def close
-          @thread.kill
           @watch_sockets.each(&:close)
+          retire
+        end
+
+        # Stops listening, and leaves the watch sockets to their watchers (Store::Log::Replacement: the
+        # directory was replaced; an event loop selecting on one cancels it itself). Called by the listener
+        # thread itself, it lets it finish: the next wait finds the socket closed.
+        def retire
+          @thread.kill unless @thread.equal?(Thread.current)
           @socket&.close
           @sender.close
           File.unlink(File.join(@dir, @name)) if @socket

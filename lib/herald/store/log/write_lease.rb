@@ -115,6 +115,7 @@ module Herald
         # time (a loaded machine): the next step back is twice as long, up to STEP_BACK_MAX, so a busy writer
         # cannot keep the lock from a slow one; a handover that worked halves it again.
         def take_lease
+          check_directory_for_writing if @wakeup # (Replacement; not while opening) may reopen another directory
           gave = @gave_lease_at > @leased_at && now - @gave_lease_at < STEP_BACK_MAX # (a while ago: no one waits)
           wait = @gave_lease_at + @step_back - now
           sleep wait if gave && wait > 0

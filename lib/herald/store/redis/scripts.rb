@@ -93,9 +93,7 @@ module Herald
           local epoch, floor, reset = st[1], st[2] and tonumber(st[2]) or 0, 0
           local watermark, clock, max_global = struct.unpack('>ddd', ARGV[2])
           if (not epoch and ARGV[1] ~= '') or gid < watermark then
-            -- An epoch that is not the caller's was given by a process that never saw the old data (it
-            -- published into the emptied store): that epoch already marks the reset, and is kept.
-            if not epoch or epoch == ARGV[1] then epoch = string.sub(ARGV[2], 25 + 32 * n) end
+            epoch = string.sub(ARGV[2], 25 + 32 * n)
             floor = recover(gid, floor, watermark, clock, epoch, ARGV[3])
             redis.call('HSET', KEYS[1], 'gid', floor + n)
             gid = floor
@@ -211,13 +209,12 @@ module Herald
           return out
         LUA
 
-        # KEYS refs meta; ARGV after_global_id limit. The records of the next `limit` references, oldest
-        # first, skipping references whose record is gone (its channel expired). Returns {references_read,
-        # global_id_of_the_last_one_read, epoch ('' for none), record ...}: the epoch the records belong to,
-        # so a reader never takes a reset store's records for the old epoch's.
+        # KEYS refs; ARGV after_global_id limit. The records of the next `limit` references, oldest first,
+        # skipping references whose record is gone (its channel expired). Returns {references_read,
+        # global_id_of_the_last_one_read, record ...}.
         GLOBAL = script(<<~LUA)
           local found = redis.call('ZRANGE', KEYS[1], '(' .. ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, ARGV[2], 'WITHSCORES')
-          local out = {#found / 2, 0, redis.call('HGET', KEYS[2], 'epoch') or ''}
+          local out = {#found / 2, 0}
           for i = 1, #found, 2 do
             local ref = found[i]
             local mid = struct.unpack('>d', ref)
@@ -235,8 +232,7 @@ module Herald
           local st = redis.call('HMGET', KEYS[1], 'epoch', 'gid')
           local gid, watermark = tonumber(st[2]) or 0, tonumber(ARGV[2])
           if (not st[1] and ARGV[1] ~= '') or gid < watermark then
-            local epoch = (st[1] and st[1] ~= ARGV[1]) and st[1] or ARGV[4] -- kept, as in APPEND
-            return {epoch, recover(gid, 0, watermark, tonumber(ARGV[3]), epoch, ARGV[5]), 1}
+            return {ARGV[4], recover(gid, 0, watermark, tonumber(ARGV[3]), ARGV[4], ARGV[5]), 1}
           end
           if st[1] then return {st[1], gid, 0} end
           redis.call('HSET', KEYS[1], 'epoch', ARGV[4])
