@@ -188,10 +188,10 @@ module Herald
     # Puma takes a port modulo 65536, binds every interface for an empty host and, with no threads,
     # accepts connections it never answers.
     def validate_options!
-      raise ArgumentError, "host must name an address (0.0.0.0 for every interface), got #{@host.inspect}" unless @host.is_a?(String) && !@host.empty?
-      raise ArgumentError, "port must be an Integer in 0..65535 (0: any free port), got #{@port.inspect}" unless @port.is_a?(Integer) && @port.between?(0, 65_535)
-      raise ArgumentError, "threads must be an Integer >= 1, got #{@threads.inspect}" unless @threads.is_a?(Integer) && @threads >= 1
-      raise ArgumentError, "front must be one of #{FRONTS.inspect}, got #{@front.inspect}" unless FRONTS.include?(@front)
+      raise InvalidArgumentError, "host must name an address (0.0.0.0 for every interface), got #{@host.inspect}" unless @host.is_a?(String) && !@host.empty?
+      raise InvalidArgumentError, "port must be an Integer in 0..65535 (0: any free port), got #{@port.inspect}" unless @port.is_a?(Integer) && @port.between?(0, 65_535)
+      raise InvalidArgumentError, "threads must be an Integer >= 1, got #{@threads.inspect}" unless @threads.is_a?(Integer) && @threads >= 1
+      raise InvalidArgumentError, "front must be one of #{FRONTS.inspect}, got #{@front.inspect}" unless FRONTS.include?(@front)
     end
 
     def shutdown

@@ -191,8 +191,8 @@ module StoreContract
   end
 
   def test_invalid_retention_is_an_argument_error
-    assert_raises(ArgumentError) { append("/a", 1, max_backlog_size: 0) }
-    assert_raises(ArgumentError) { append("/a", 1, max_backlog_age: -1) }
+    assert_raises(Herald::InvalidMessageError) { append("/a", 1, max_backlog_size: 0) }
+    assert_raises(Herald::InvalidMessageError) { append("/a", 1, max_backlog_age: -1) }
   end
 
   def test_wait_returns_at_once_when_behind_and_blocks_until_append

@@ -13,7 +13,7 @@ module Herald
     # while stopping: 0 means every worker stopped cleanly).
     class Workers
       def initialize(count, log: $stdout, **options, &on_start)
-        raise ArgumentError, "workers must be an Integer >= 1, got #{count.inspect}" unless count.is_a?(Integer) && count >= 1
+        raise InvalidArgumentError, "workers must be an Integer >= 1, got #{count.inspect}" unless count.is_a?(Integer) && count >= 1
         @count = count
         @log = log
         @options = options
