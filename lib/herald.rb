@@ -21,6 +21,7 @@ require_relative "herald/codec/raw"      # a String's bytes as given (ActionCabl
 require_relative "herald/message"        # the immutable value every reader gets
 # Stores: the contract, then Memory, the embedded Log, and what the networked stores share.
 require_relative "herald/store"          # the store contract
+require_relative "herald/store/limits"   # what every store accepts: ranges, sizes, the checks
 require_relative "herald/store/watchers" # Store#watch: appends wake an event loop directly
 require_relative "herald/store/memory"   # reference store
 require_relative "herald/store/log/record"    # the embedded log: frame + record layout

@@ -13,6 +13,11 @@ module Herald
   #     (strictly increasing, never reused, in commit order) and the next message id of the channel
   #     (from 1, contiguous per channel and site). `site_id` is part of the channel's key, as in message_bus.
   #     max_backlog_size / max_backlog_age (seconds), when given, become the channel's retention from now on.
+  #     What it cannot keep and give back as given (Store::Limits: data over max_payload_bytes, retention out
+  #     of range, targets that are not 64-bit Integers or Strings) raises InvalidMessageError before anything
+  #     is stored or remembered; a bad id, limit or timeout given to the methods below, InvalidArgumentError.
+  #   max_payload_bytes                         => Integer: the most data (as encoded) append takes;
+  #     Limits::MAX_PAYLOAD_BYTES at most, on every store, so an app can move between them
   #
   # Reading
   #   last_id(channel, site_id: nil)            => Integer, 0 when empty
@@ -43,7 +48,7 @@ module Herald
   #     reader loops end instead of spinning. (Log also returns when it found its directory replaced.)
   #
   # Durable readers (cursors and leases, for deferred subscribers)
-  #   load_cursor(name) => Integer (0 when never saved); save_cursor(name, global_id)
+  #   load_cursor(name, default: 0) => Integer (`default` when never saved); save_cursor(name, global_id)
   #     A damaged cursor raises CorruptCursorError (never reads as 0); save_cursor takes an Integer >= 0.
   #   lease(name) => a Lease (#release) when this process now owns `name`, nil when another owner has it.
   #     A lease held by a process that dies is freed (flock, advisory lock, key TTL).
@@ -73,12 +78,12 @@ module Herald
     # Another store plugs in with its own scheme (it needs only the contract above):
     #   Herald::Store.register_url("mystore://", %r{\Amystore://}i) { |url, **options| MyStore.new(url: url, **options) }
     def self.from_url(url, **options)
-      raise ArgumentError, "store URL must be a String, got #{url.inspect}" unless url.is_a?(String)
-      raise ArgumentError, "store URL is empty: give redis://, postgres:// or a directory" if url.empty?
+      raise InvalidArgumentError, "store URL must be a String, got #{url.inspect}" unless url.is_a?(String)
+      raise InvalidArgumentError, "store URL is empty: give redis://, postgres:// or a directory" if url.empty?
       _, _, build = @urls.find { |_, pattern, _| pattern.match?(url) }
       return build.call(url, **options) if build
       if url.match?(%r{\A[a-z][a-z0-9+.-]*://}i)
-        raise ArgumentError, "Unknown store URL scheme: #{url.inspect}, expected #{@urls.map(&:first).join(", ")} or a directory"
+        raise InvalidArgumentError, "Unknown store URL scheme: #{url.inspect}, expected #{@urls.map(&:first).join(", ")} or a directory"
       end
       Log.new(dir: url, **options)
     end
@@ -97,19 +102,24 @@ module Herald
     register_url("memory:", /\Amemory:/i) { |_url, **options| Memory.new(**options) }
     register_url("file://", %r{\Afile://}i) { |url, **options| Log.new(dir: url.sub(%r{\Afile://}i, ""), **options) }
 
-    # A cursor is a global id: an Integer >= 0. Checked before saving, so nothing else is ever stored.
+    # A cursor is a global id: an Integer >= 0 within 64 bits. Checked before saving, so nothing else is ever stored.
     def self.validate_cursor!(global_id)
-      return if global_id.is_a?(Integer) && global_id >= 0
-      raise ArgumentError, "a cursor is a global id (an Integer >= 0), got #{global_id.inspect}"
+      return if global_id.is_a?(Integer) && global_id >= 0 && global_id.bit_length < 64
+      raise InvalidArgumentError, "a cursor is a global id (an Integer from 0 to 2**63-1), got #{Limits.shown(global_id)}"
     end
 
     # A cursor as a network store returns it (nil when never saved). Anything but digits is damage, never
     # read as 0: that would run every retained event again.
-    def self.parse_cursor(raw, name:, where:)
-      return 0 if raw.nil?
+    def self.parse_cursor(raw, name:, where:, default: 0)
+      return default if raw.nil?
       return Integer(raw.to_s, 10) if raw.is_a?(Integer) ? raw >= 0 : raw.to_s.match?(/\A\d{1,19}\z/)
       raise CorruptCursorError.new("the cursor of #{name} in #{where} is damaged (#{raw.to_s[0, 40].inspect}): " \
-        "write the last global id it is done with there, or delete it to start from the oldest retained event", name: name)
+        "write the last global id it is done with there, or delete it to start afresh, as a new subscriber does", name: name)
+    end
+
+    # Kept for callers from before Store::Limits: the same check.
+    def self.validate_retention!(max_backlog_size, max_backlog_age, error: InvalidMessageError)
+      Limits.validate_retention!(max_backlog_size, max_backlog_age, error: error)
     end
 
     def self.validate_name_sizes!(channel, site_id)
@@ -118,15 +128,6 @@ module Herald
       end
       return unless site_id && site_id.bytesize > MAX_CHANNEL_BYTES
       raise InvalidMessageError, "site_id is #{site_id.bytesize} bytes, over the #{MAX_CHANNEL_BYTES} every store accepts"
-    end
-
-    def self.validate_retention!(max_backlog_size, max_backlog_age)
-      if max_backlog_size && !(max_backlog_size.is_a?(Integer) && max_backlog_size > 0)
-        raise ArgumentError, "max_backlog_size must be a positive Integer, got #{max_backlog_size.inspect}"
-      end
-      if max_backlog_age && !(max_backlog_age.is_a?(Numeric) && max_backlog_age > 0)
-        raise ArgumentError, "max_backlog_age must be a positive number of seconds, got #{max_backlog_age.inspect}"
-      end
     end
 
     # A channel's retention as this process knows it: the store's defaults until a publish names its own

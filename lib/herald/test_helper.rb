@@ -74,7 +74,7 @@ module Herald
       def supports_block_expectations? = true
 
       def matches?(block)
-        raise ArgumentError, "herald_publish needs a block: expect { ... }.to herald_publish(#{@channel.inspect})" unless block.is_a?(Proc)
+        raise InvalidArgumentError, "herald_publish needs a block: expect { ... }.to herald_publish(#{@channel.inspect})" unless block.is_a?(Proc)
         @messages = @helper.capture_published(&block)
         @messages.any? { |m| m.channel == @channel && (@data.nil? || m.data == @data) }
       end

@@ -191,8 +191,8 @@ module StoreContract
   end
 
   def test_invalid_retention_is_an_argument_error
-    assert_raises(ArgumentError) { append("/a", 1, max_backlog_size: 0) }
-    assert_raises(ArgumentError) { append("/a", 1, max_backlog_age: -1) }
+    assert_raises(Herald::InvalidMessageError) { append("/a", 1, max_backlog_size: 0) }
+    assert_raises(Herald::InvalidMessageError) { append("/a", 1, max_backlog_age: -1) }
   end
 
   def test_wait_returns_at_once_when_behind_and_blocks_until_append
@@ -222,6 +222,10 @@ module StoreContract
     @store.save_cursor("Sub", 42)
     assert_equal 42, @store.load_cursor("Sub")
     assert_equal 0, @store.load_cursor("Other")
+    # A new deferred subscriber tells "never saved" from a saved 0 (where it starts depends on it).
+    assert_nil @store.load_cursor("Other", default: nil)
+    @store.save_cursor("Zero", 0)
+    assert_equal 0, @store.load_cursor("Zero", default: nil)
   end
 
   def test_lease_is_exclusive_until_released

@@ -31,7 +31,7 @@ class ThirdPartyStoreTest < Minitest::Test
     store = Herald::Store.from_url("thirdparty://host/x")
     assert_instance_of ForwardingStore, store
     assert_equal "thirdparty://host/x", store.url
-    error = assert_raises(ArgumentError) { Herald::Store.from_url("nosuch://x") }
+    error = assert_raises(Herald::InvalidArgumentError) { Herald::Store.from_url("nosuch://x") }
     assert_match(%r{thirdparty://}, error.message, "the registered scheme is named among the choices")
   end
 

@@ -89,7 +89,7 @@ module ActionCable
         when String then ::Herald::Store.from_url(@store_setting, **@store_options)
         else raise ::Herald::ConfigurationError, "store: in config/cable.yml must be a directory or a URL, got #{@store_setting.inspect}"
         end
-      rescue ArgumentError => e # an option the store does not take
+      rescue ArgumentError, ::Herald::InvalidArgumentError => e # an option the store does not take, or a bad value
         raise ::Herald::ConfigurationError, "config/cable.yml (adapter: herald): #{e.message}"
       end
 
@@ -103,9 +103,9 @@ module ActionCable
       def retention(cable)
         size = cable.fetch("max_backlog_size", ::Herald::Cable::DEFAULT_MAX_BACKLOG_SIZE)
         age = cable.fetch("max_backlog_age", ::Herald::Cable::DEFAULT_MAX_BACKLOG_AGE)
-        ::Herald::Store.validate_retention!(size, age)
+        ::Herald::Store::Limits.validate_retention!(size, age)
         {max_backlog_size: size, max_backlog_age: age}
-      rescue ArgumentError => e
+      rescue ::Herald::InvalidArgumentError => e
         raise ::Herald::ConfigurationError, "config/cable.yml (adapter: herald): #{e.message}"
       end
     end

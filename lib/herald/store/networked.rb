@@ -19,6 +19,7 @@ module Herald
       def peek_last_global_id = last_global_id
 
       def wait(last_global_id, timeout:)
+        Limits.validate_wait!(last_global_id, timeout)
         raise ClosedError, "store is closed" if @closed
         @notifier.wait(last_global_id, timeout)
       end
