@@ -129,6 +129,7 @@ module Herald
         @next_lease_try = now + LEASE_RETRY
         @epoch = @store.known_epoch # before the lease and cursor: a reset after it is seen by the next step
         @cursor_epoch ||= @epoch # the epoch this process first saw: see after_reset
+        @start = 0 if @cursor_epoch != @epoch # a standby that saw a reset: a missing cursor went with the old store
         lease = @store.lease(@name) or return false
         begin
           @saved = @store.load_cursor(@name, default: nil) || first_cursor
