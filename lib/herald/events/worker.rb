@@ -56,6 +56,7 @@ module Herald
         restart if @lease && @store.known_epoch != @epoch
         return 0 unless owner?
         batch = @store.global_backlog(@cursor, limit: BATCH)
+        return 0 if @store.known_epoch != @epoch # found a reset (Redis: records of a new epoch): the next step restarts
         if batch.empty?
           save_cursor if @cursor != @saved
           return 0
@@ -127,6 +128,8 @@ module Herald
         return false if @error || now < @next_lease_try
         @next_lease_try = now + LEASE_RETRY
         @epoch = @store.known_epoch # before the lease and cursor: a reset after it is seen by the next step
+        @cursor_epoch ||= @epoch # the epoch this process first saw: see after_reset
+        @start = 0 if @cursor_epoch != @epoch # a standby that saw a reset: a missing cursor went with the old store
         lease = @store.lease(@name) or return false
         begin
           @saved = @store.load_cursor(@name, default: nil) || first_cursor
@@ -149,7 +152,19 @@ module Herald
       # After the saved cursor, or after the last dead letter when a crash came between burying an event and
       # saving the cursor past it: the events up to it were done with, in order, and are not run (nor
       # buried) again.
-      def resume_point(saved) = [saved, @dead_letters.last_buried(@name)].max
+      def resume_point(saved) = [after_reset(saved), @dead_letters.last_buried(@name)].max
+
+      # A cursor that survived a reset this process saw (the cursors' table kept beside recreated ones, a
+      # restored backup), beyond the new epoch's last id, would skip the new epoch's first events: it is
+      # read from its start. Checked by the process that held the lease and by a standby taking over.
+      def after_reset(saved)
+        return saved if @cursor_epoch == @epoch
+        @cursor_epoch = @epoch
+        last = @store.last_global_id
+        return saved if saved <= last
+        Herald.logger.warn "#{@name}: its cursor #{saved} is beyond the reset store's last id #{last}: reading the new epoch from its start"
+        0
+      end
 
       def release
         @lease&.release
