@@ -239,11 +239,11 @@ class HandlerFaultsTest < Minitest::Test
   def kinds_worker(dir, files, log)
     child_setup(dir, log: log)
     ok, healthy = appender(files[:ok]), appender(files[:healthy])
-    define_subscriber("Poison", Numbered, deferred: true, retry_on: {attempts: 2, wait: 0.001}) do |e, _m|
+    define_subscriber("Poison", Numbered, deferred: true, start: :oldest, retry_on: {attempts: 2, wait: 0.001}) do |e, _m|
       HandlerFaultsTest.fail_as(e.n) if e.n % POISON_EVERY == 0
       ok.write("#{e.n}\n")
     end
-    define_subscriber("Healthy", Numbered, deferred: true) { |e, _m| healthy.write("#{Process.pid} #{e.n}\n") }
+    define_subscriber("Healthy", Numbered, deferred: true, start: :oldest) { |e, _m| healthy.write("#{Process.pid} #{e.n}\n") }
     Herald.start_workers(threads: 1)
     sleep
   end
@@ -252,14 +252,14 @@ class HandlerFaultsTest < Minitest::Test
   def mortal_worker(dir, out, marker, log)
     child_setup(dir, log: log)
     f = appender(out)
-    define_subscriber("Mortal", Numbered, deferred: true) do |e, _m|
+    define_subscriber("Mortal", Numbered, deferred: true, start: :oldest) do |e, _m|
       if e.n == 40 && !File.exist?(marker)
         File.write(marker, "#{Process.pid} #{Process.clock_gettime(Process::CLOCK_MONOTONIC)}")
         Thread.current.kill
       end
       f.write("Mortal #{Process.pid} #{e.n} #{Process.clock_gettime(Process::CLOCK_MONOTONIC)}\n")
     end
-    define_subscriber("Bystander", Numbered, deferred: true) { |e, _m| f.write("Bystander #{Process.pid} #{e.n} 0\n") }
+    define_subscriber("Bystander", Numbered, deferred: true, start: :oldest) { |e, _m| f.write("Bystander #{Process.pid} #{e.n} 0\n") }
     Herald.start_workers(threads: 1)
     sleep
   end
@@ -268,7 +268,7 @@ class HandlerFaultsTest < Minitest::Test
   def stopping_worker(dir, out, status_file, kind, log)
     child_setup(dir, log: log)
     f = appender(out)
-    define_subscriber("Stopper", Numbered, deferred: true) do |e, _m|
+    define_subscriber("Stopper", Numbered, deferred: true, start: :oldest) do |e, _m|
       f.write("start #{e.n} #{Process.pid}\n")
       if e.n == 30 && File.write(File.join(dir, "raised"), "", mode: File::CREAT | File::EXCL | File::WRONLY)
         raise kind, "stop the process"
@@ -291,7 +291,7 @@ class HandlerFaultsTest < Minitest::Test
   def fragile_worker(dir, out)
     child_setup(dir, log: File::NULL, store_class: CrashAfterDeadLetter)
     f = appender(out)
-    define_subscriber("Fragile", Numbered, deferred: true) do |e, _m|
+    define_subscriber("Fragile", Numbered, deferred: true, start: :oldest) do |e, _m|
       HandlerFaultsTest.fail_as(e.n) if e.n % POISON_EVERY == 0
       f.write("#{e.n}\n")
     end

@@ -9,12 +9,14 @@ require_relative "spawned_server"
 
 module Herald
   # Rounds of "SIGTERM at a random moment" against a real `herald server` while keep-alive clients publish
-  # through the demo's POST /chat (a request the server runs on its thread pool). After each round:
+  # through the demo's POST /chat (a request the server runs on its thread pool) and long polls wait on
+  # /chat (parked in the middleware's event loop, each answered or ended by the stop). After each round:
   # the exit status, the server's output, the log read record by record (what was acknowledged must be
   # there, with the acknowledged id; what got no reply must not have been published), and the next open
   # of the store (it must not report an unclean stop).
   class StopUnderLoad
     CLIENTS = 8
+    POLLERS = 2
     STOP_WITHIN = 0.05..0.8 # seconds of load before the signal
     EXIT_WITHIN = 20 # seconds the server may take to exit after the signal (its grace period is 5)
     REPLY_WITHIN = 15 # seconds a client waits for a reply before calling it a hang
@@ -22,11 +24,13 @@ module Herald
     BAD_OUTPUT = /IOError|ERROR|FATAL|\.rb:\d+:in /
 
     Tally = Struct.new(:rounds, :requests, :acknowledged, :acknowledged_after_signal, :clean_closes, :resets,
-      :lost, :unanswered_published, :unclean_opens, :exits, :failures, keyword_init: true) do
+      :lost, :unanswered_published, :unclean_opens, :exits, :polls, :polls_after_signal, :poll_closes, :poll_resets,
+      :failures, keyword_init: true) do
       def to_s
         "rounds #{rounds}, requests #{requests}, acknowledged #{acknowledged} (#{acknowledged_after_signal} after the signal), " \
           "closed unanswered #{clean_closes} (cleanly) + #{resets} (reset), lost #{lost}, published but unanswered " \
-          "#{unanswered_published}, unclean stops seen on the next open #{unclean_opens}, exit codes #{exits.sort.to_h}"
+          "#{unanswered_published}, unclean stops seen on the next open #{unclean_opens}, exit codes #{exits.sort.to_h}; " \
+          "long polls answered #{polls} (#{polls_after_signal} after the signal), closed unanswered #{poll_closes} + #{poll_resets} (reset)"
       end
     end
 
@@ -36,7 +40,8 @@ module Herald
       @args = args
       @random = Random.new(seed)
       @tally = Tally.new(rounds: 0, requests: 0, acknowledged: 0, acknowledged_after_signal: 0, clean_closes: 0, resets: 0,
-        lost: 0, unanswered_published: 0, unclean_opens: 0, exits: Hash.new(0), failures: [])
+        lost: 0, unanswered_published: 0, unclean_opens: 0, exits: Hash.new(0), polls: 0, polls_after_signal: 0, poll_closes: 0,
+        poll_resets: 0, failures: [])
     end
 
     attr_reader :tally
@@ -52,13 +57,16 @@ module Herald
       server = SpawnedServer.new(SpawnedServer.herald_command(@dir) + @args, dir: @dir)
       signaled = nil
       clients = Array.new(CLIENTS) { |c| Thread.new { client(server.port, "r#{n}c#{c}", -> { signaled }) } }
+      pollers = Array.new(POLLERS) { |c| Thread.new { poller(server.port, "r#{n}p#{c}", -> { signaled }) } }
       sleep @random.rand(STOP_WITHIN)
       signaled = now
       status = stop(server)
       results = clients.flat_map(&:value)
       check(n, server, status, results, signaled)
+      check_polls(n, server, pollers.flat_map(&:value), signaled)
     ensure
       clients&.each(&:kill)
+      pollers&.each(&:kill)
     end
 
     def stop(server)
@@ -89,6 +97,31 @@ module Herald
       socket&.close
     end
 
+    # Long polls on /chat, one after another (each on its own connection: a parked poll's reply closes it),
+    # from the last id seen, none started after the signal. Returns [[outcome, answered_at]].
+    def poller(port, client_id, signaled)
+      results = []
+      last = -1
+      until signaled.call
+        socket = connect(port) or break
+        outcome, last = poll(socket, client_id, last)
+        results << [outcome, now]
+        socket.close
+      end
+      results
+    end
+
+    def poll(socket, client_id, last)
+      body = JSON.generate("/chat" => last)
+      socket.write("POST /message-bus/#{client_id}/poll HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" \
+        "Dont-Chunk: true\r\nContent-Length: #{body.bytesize}\r\n\r\n#{body}")
+      outcome, reply = read_reply(socket, expect: 200)
+      return [outcome, last] unless outcome == :ok
+      [:ok, JSON.parse(reply).map { |m| (m["channel"] == "/__status") ? m["data"]["/chat"] : m["message_id"] }.compact.max || last]
+    rescue Errno::EPIPE, Errno::ECONNRESET
+      [:reset, last]
+    end
+
     def connect(port)
       TCPSocket.new("127.0.0.1", port)
     rescue SystemCallError
@@ -99,13 +132,14 @@ module Herald
       body = "name=stop&text=#{text}"
       socket.write("POST /chat HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n" \
         "Content-Length: #{body.bytesize}\r\n\r\n#{body}")
-      read_reply(socket)
+      outcome, reply, keep = read_reply(socket)
+      (outcome == :ok) ? [:ok, JSON.parse(reply)["message_id"], keep] : [outcome]
     rescue Errno::EPIPE, Errno::ECONNRESET
       [:reset]
     end
 
-    # [:ok, message_id, keep-alive?], [:closed] (EOF before any byte), [:reset], [:partial], [:hang], [:status_N].
-    def read_reply(socket)
+    # [:ok, body, keep-alive?], [:closed] (EOF before any byte), [:reset], [:partial], [:hang], [:status_N].
+    def read_reply(socket, expect: 201)
       buffer = +"".b
       deadline = now + REPLY_WITHIN
       until (head_end = buffer.index("\r\n\r\n")) && buffer.bytesize >= head_end + 4 + length(buffer, head_end)
@@ -116,8 +150,8 @@ module Herald
       end
       head = buffer.byteslice(0, head_end)
       status = head[/\AHTTP\/1\.[01] (\d{3})/, 1].to_i
-      return [:"status_#{status}"] unless status == 201
-      [:ok, JSON.parse(buffer.byteslice(head_end + 4, length(buffer, head_end)))["message_id"], !head.match?(/^connection: close/i)]
+      return [:"status_#{status}"] unless status == expect
+      [:ok, buffer.byteslice(head_end + 4, length(buffer, head_end)), !head.match?(/^connection: close/i)]
     rescue Errno::ECONNRESET
       [buffer.empty? ? :reset : :partial]
     end
@@ -159,6 +193,22 @@ module Herald
       end
       ids = stored.values.sort
       fail!(n, "message ids jump: #{ids.each_cons(2).find { |a, b| b != a + 1 }}", server) unless ids == (1..ids.size).to_a
+    end
+
+    # A long poll is answered (a publish released it, or the stop ended it with its final reply) or its
+    # connection closes before it was read; nothing half written, nothing left hanging.
+    def check_polls(n, server, results, signaled)
+      t = @tally
+      results.each do |outcome, at|
+        case outcome
+        when :ok
+          t.polls += 1
+          t.polls_after_signal += 1 if at > signaled
+        when :closed then t.poll_closes += 1
+        when :reset then t.poll_resets += 1
+        else fail!(n, "a long poll: #{outcome}", server)
+        end
+      end
     end
 
     # Opens the log as the next server would; returns what it says about an unclean stop (nil: nothing).

@@ -110,8 +110,17 @@ module Herald
       def wind_down
         @winding = true
         @stop_deadline = now + (@grace || 5)
+        accept_pending # the kernel's queue: ended below with a FIN, where closing the listener would reset them
         close_listener
         @conns.each_key.to_a.each { |conn| quit(conn) unless conn.busy || conn.writing? || conn.draining }
+      end
+
+      def accept_pending
+        loop do
+          before = @conns.size
+          accept
+          break if @listener_paused || @conns.size - before < ACCEPTS
+        end
       end
 
       # Done when every connection is closed (replies written, clients gone), or the grace period is over.
