@@ -55,6 +55,50 @@ class CodecTest < Minitest::Test
     end
   end
 
+  Html = Class.new(String) # as ActiveSupport::SafeBuffer: what every Rails render and helper returns
+
+  TEXTS = ["<b>héllo</b> & 日本語", "emoji 🎉👩‍👩‍👧", "nul \u0000 tab\t", "", "x" * 70_000].freeze
+
+  # String subclasses are Strings, in values and keys, with both codecs: back as plain Strings, same text.
+  def test_string_subclasses_are_strings_in_both_codecs
+    %i[json msgpack].each do |codec|
+      bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: codec)
+      TEXTS.each do |text|
+        bus.publish("/c", {Html.new("k") => Html.new(text), "list" => [Html.new(text), {"n" => Html.new(text)}]})
+        back = bus.backlog("/c").last.data
+        assert_equal({"k" => text, "list" => [text, {"n" => text}]}, back, "#{codec} #{text[0, 20].inspect}")
+        assert_equal [String, Encoding::UTF_8], [back["k"].class, back["k"].encoding], codec.to_s
+      end
+      assert_equal %("é"), Herald::Codec::Json.encode(Html.new("é".encode("ISO-8859-1"))) if codec == :json
+    end
+    binary = Html.new((0..255).to_a.pack("C*"))
+    assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode([binary]) }
+    assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode([Html.new("a\xFFb")]) }
+    back = Herald::Codec::Msgpack.decode(Herald::Codec::Msgpack.encode([binary])).first
+    assert_equal [binary.b, Encoding::BINARY], [back, back.encoding], "a binary subclass stays bin"
+  end
+
+  # What the Railtie sets to ActiveSupport::JSON (test/rails/rails_json_test.rb): a stand-in here, so this
+  # process keeps plain JSON. Only what strict JSON refuses reaches it; bad text never does.
+  def test_json_fallback_encodes_only_what_strict_json_refuses
+    calls = []
+    fallback = Object.new
+    fallback.define_singleton_method(:encode) { |v| (calls << v) && (v.is_a?(Range) ? 42 : %({"from":"fallback"})) }
+    Herald::Codec::Json.fallback = fallback
+    assert_equal %({"text":"é","n":1.5}), Herald::Codec::Json.encode({text: Html.new("é"), n: 1.5})
+    assert_equal %({"from":"fallback"}), Herald::Codec::Json.encode({"at" => Time.at(0)})
+    assert_equal %({"from":"fallback"}), Herald::Codec::Json.encode([Float::NAN])
+    assert_equal 2, calls.size
+    assert_equal({"at" => Time.at(0)}, calls.first)
+    calls.clear
+    ["a\xFFb", "é".b].each { |bad| assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode({"t" => bad}) } }
+    assert_empty calls, "bad text is refused, not handed to the fallback"
+    error = assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode(1..2) }
+    assert_match(/not JSON text/, error.message)
+  ensure
+    Herald::Codec::Json.fallback = nil
+  end
+
   def test_json_accepts_symbols_and_text_in_other_encodings
     bus = Herald::Bus.new(store: @store, codec: :json)
     bus.publish("/c", {text: :hi, latin: "é".encode("ISO-8859-1")})
