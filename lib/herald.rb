@@ -17,9 +17,11 @@ require_relative "herald/fork_tracker"   # Process._fork hook: stores drop inher
 require_relative "herald/codec"          # codec interface + registry
 require_relative "herald/codec/json"
 require_relative "herald/codec/msgpack"
+require_relative "herald/codec/raw"      # a String's bytes as given (ActionCable's payloads)
 require_relative "herald/message"        # the immutable value every reader gets
 # Stores: the contract, then Memory, the embedded Log, and what the networked stores share.
 require_relative "herald/store"          # the store contract
+require_relative "herald/store/limits"   # what every store accepts: ranges, sizes, the checks
 require_relative "herald/store/watchers" # Store#watch: appends wake an event loop directly
 require_relative "herald/store/memory"   # reference store
 require_relative "herald/store/log/record"    # the embedded log: frame + record layout
@@ -49,6 +51,7 @@ Herald::Store.autoload :Postgres, File.expand_path("herald/store/postgres", __di
 require_relative "herald/subscription"
 require_relative "herald/bus"            # publish / subscribe / backlog over one store
 require_relative "herald/config"
+require_relative "herald/cable"          # ActionCable's broadcastings: their channels (adapter: herald)
 # Durable events: subscribers, workers, retries, dead letters.
 require_relative "herald/events/event_codec"     # events: Structs and Hashes as MessagePack with class tags
 require_relative "herald/events/instrumentation" # publish/process/retry/dead.herald (ActiveSupport or callbacks)
@@ -58,6 +61,7 @@ require_relative "herald/events/dead_letters"    # /herald/dead/<Subscriber>, re
 require_relative "herald/events/delivery"        # one handler call: retries, backoff, dead letter
 require_relative "herald/events/worker"          # one deferred subscriber: cursor, lease, batches
 require_relative "herald/events/worker_pool"     # the threads, graceful shutdown
+require_relative "herald/events/inline_runner"   # deferred subscribers on the calling thread (tests)
 require_relative "herald/events/runtime"         # publish_event, start_workers, shutdown, fork hook
 require_relative "herald/events/signals"         # SIGTERM -> graceful shutdown
 # HTTP: the message_bus protocol, SSE and MessagePack over Rack (the server and Rails load on demand).

@@ -56,12 +56,12 @@ module BusParity
 
   def test_channels_that_cannot_work_are_refused_with_a_clear_error
     [nil, :abc, 1, ""].each do |channel|
-      error = assert_raises(ArgumentError) { @bus.publish(channel, 1) }
+      error = assert_raises(Herald::InvalidMessageError) { @bus.publish(channel, 1) }
       assert_match(/channel must be a non-empty String/, error.message)
     end
-    error = assert_raises(ArgumentError) { @bus.publish("a$|$b", 1) }
+    error = assert_raises(Herald::InvalidMessageError) { @bus.publish("a$|$b", 1) }
     assert_match(/must not contain \$\|\$/, error.message)
-    assert_raises(ArgumentError) { @bus.subscribe("") {} }
+    assert_raises(Herald::InvalidArgumentError) { @bus.subscribe("") {} }
     assert_equal 0, @bus.store.last_global_id
   end
 

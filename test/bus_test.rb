@@ -46,9 +46,9 @@ class BusTest < Minitest::Test
     assert_raises(Herald::InvalidMessageError) { @bus.publish("/a", 1, client_ids: []) }
     assert_raises(Herald::InvalidMessageError) { @bus.publish("/global/a", 1, user_ids: [1]) }
     assert_raises(Herald::InvalidMessageError) { @bus.publish("/global/a", 1, group_ids: [1]) }
-    assert_raises(ArgumentError) { @bus.publish("/a$|$b", 1) }
-    assert_raises(ArgumentError) { @bus.publish("", 1) }
-    assert_raises(ArgumentError) { @bus.publish(:a, 1) }
+    assert_raises(Herald::InvalidMessageError) { @bus.publish("/a$|$b", 1) }
+    assert_raises(Herald::InvalidMessageError) { @bus.publish("", 1) }
+    assert_raises(Herald::InvalidMessageError) { @bus.publish(:a, 1) }
     assert_equal 0, @bus.last_id("/a")
   end
 
@@ -75,7 +75,7 @@ class BusTest < Minitest::Test
   end
 
   def test_unknown_codec_is_an_argument_error
-    error = assert_raises(ArgumentError) { Herald::Bus.new(codec: :yaml) }
+    error = assert_raises(Herald::InvalidArgumentError) { Herald::Bus.new(codec: :yaml) }
     assert_match(/Unknown codec :yaml/, error.message)
   end
 

@@ -52,6 +52,67 @@ class CodecTest < Minitest::Test
     assert_equal Encoding::UTF_8, data["text"].encoding
   end
 
+  # ActionCable's payloads: the bytes as given, back as UTF-8 when they are, binary when not, after a reopen.
+  def test_raw_keeps_bytes_and_refuses_what_is_not_a_string
+    Dir.mktmpdir do |dir|
+      bus = Herald::Bus.new(store: Herald::Store::Log.new(dir: dir), codec: :raw)
+      assert_raises(Herald::InvalidMessageError) { bus.publish("/c", {"a" => 1}) }
+      sent = ["", "é 🎉 \u0000", %({"a":"\\u00e9"}), "\xff\xfe".b, "é".encode("UTF-16LE"), (0..255).to_a.pack("C*")]
+      sent.each { |s| bus.publish("/c", s) }
+      bus.close
+      reopened = Herald::Store::Log.new(dir: dir)
+      got = reopened.backlog("/c").map(&:data)
+      assert_equal sent.map(&:b), got.map(&:b)
+      assert_equal %w[UTF-8 UTF-8 UTF-8 ASCII-8BIT ASCII-8BIT ASCII-8BIT], got.map { |s| s.encoding.name }
+      assert got.all?(&:frozen?)
+      reopened.close
+    end
+  end
+
+  Html = Class.new(String) # as ActiveSupport::SafeBuffer: what every Rails render and helper returns
+
+  TEXTS = ["<b>héllo</b> & 日本語", "emoji 🎉👩‍👩‍👧", "nul \u0000 tab\t", "", "x" * 70_000].freeze
+
+  # String subclasses are Strings, in values and keys, with both codecs: back as plain Strings, same text.
+  def test_string_subclasses_are_strings_in_both_codecs
+    %i[json msgpack].each do |codec|
+      bus = Herald::Bus.new(store: Herald::Store::Memory.new, codec: codec)
+      TEXTS.each do |text|
+        bus.publish("/c", {Html.new("k") => Html.new(text), "list" => [Html.new(text), {"n" => Html.new(text)}]})
+        back = bus.backlog("/c").last.data
+        assert_equal({"k" => text, "list" => [text, {"n" => text}]}, back, "#{codec} #{text[0, 20].inspect}")
+        assert_equal [String, Encoding::UTF_8], [back["k"].class, back["k"].encoding], codec.to_s
+      end
+      assert_equal %("é"), Herald::Codec::Json.encode(Html.new("é".encode("ISO-8859-1"))) if codec == :json
+    end
+    binary = Html.new((0..255).to_a.pack("C*"))
+    assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode([binary]) }
+    assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode([Html.new("a\xFFb")]) }
+    back = Herald::Codec::Msgpack.decode(Herald::Codec::Msgpack.encode([binary])).first
+    assert_equal [binary.b, Encoding::BINARY], [back, back.encoding], "a binary subclass stays bin"
+  end
+
+  # What the Railtie sets to ActiveSupport::JSON (test/rails/rails_json_test.rb): a stand-in here, so this
+  # process keeps plain JSON. Only what strict JSON refuses reaches it; bad text never does.
+  def test_json_fallback_encodes_only_what_strict_json_refuses
+    calls = []
+    fallback = Object.new
+    fallback.define_singleton_method(:encode) { |v| (calls << v) && (v.is_a?(Range) ? 42 : %({"from":"fallback"})) }
+    Herald::Codec::Json.fallback = fallback
+    assert_equal %({"text":"é","n":1.5}), Herald::Codec::Json.encode({text: Html.new("é"), n: 1.5})
+    assert_equal %({"from":"fallback"}), Herald::Codec::Json.encode({"at" => Time.at(0)})
+    assert_equal %({"from":"fallback"}), Herald::Codec::Json.encode([Float::NAN])
+    assert_equal 2, calls.size
+    assert_equal({"at" => Time.at(0)}, calls.first)
+    calls.clear
+    ["a\xFFb", "é".b].each { |bad| assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode({"t" => bad}) } }
+    assert_empty calls, "bad text is refused, not handed to the fallback"
+    error = assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode(1..2) }
+    assert_match(/not JSON text/, error.message)
+  ensure
+    Herald::Codec::Json.fallback = nil
+  end
+
   def test_json_accepts_symbols_and_text_in_other_encodings
     bus = Herald::Bus.new(store: @store, codec: :json)
     bus.publish("/c", {text: :hi, latin: "é".encode("ISO-8859-1")})
@@ -92,9 +153,9 @@ class CodecTest < Minitest::Test
     name = +"/mutable"
     bus.publish(name, 1)
     name << "$|$site"
-    assert_raises(ArgumentError) { bus.publish(name, 1) }
+    assert_raises(Herald::InvalidMessageError) { bus.publish(name, 1) }
     assert_equal [1, 1, 1], [bus.backlog("/é😀").size / 3, bus.backlog("/mutable").size, bus.backlog("/plain").size / 3]
-    assert_equal 0, bus.backlog(name).size
+    assert_raises(Herald::InvalidArgumentError) { bus.backlog(name) } # it would read site "site" of /mutable
   end
 
   def test_checked_channels_are_forgotten_past_the_limit

@@ -25,6 +25,7 @@ class GemPackageTest < Minitest::Test
     files = Gem::Package.new(build_gem).contents
     %w[lib/herald.rb lib/herald-bus.rb exe/herald lib/herald/rack/herald.js lib/herald/server/public/index.html lib/herald/server/public/demo.js
       lib/herald/server/public/demo.css lib/herald/server/public/message-bus-ajax.js
+      lib/action_cable/subscription_adapter/herald.rb lib/herald/cable/listener.rb
       node_modules/message-bus-client/assets/message-bus.js node_modules/message-bus-client/LICENSE LICENSE CHANGELOG.md].each do |f|
       assert_includes files, f
     end

@@ -32,6 +32,7 @@ module Herald
       @closed = false
       @valid_names = {} # channel => its name as stored (UTF-8, frozen): the channels checked so far
       @epoch = nil # the store's epoch the dispatcher's cursor belongs to
+      @last_read = nil # the last message the dispatcher read (restart: is it still there after a reset?)
     end
 
     # Returns the message's per-channel id, as message_bus does. (Keywords spelled out: forwarding
@@ -47,15 +48,25 @@ module Herald
       publish_positional(channel, data, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age)
     end
 
-    def last_id(channel, site_id: nil) = @store.last_id(channel, site_id: site_key(channel, site_id))
+    # Reads refuse the names publish refuses (InvalidArgumentError): such a name is no channel ("a$|$b" would
+    # read channel "a" of site "b"), and a wrong type must not reach the store as a key.
+    def last_id(channel, site_id: nil)
+      validate_channel!(channel, InvalidArgumentError)
+      @store.last_id(channel, site_id: site_key(channel, site_name(site_id, InvalidArgumentError)))
+    end
 
     def last_ids(*channels, site_id: nil)
       channels = channels.flatten
+      channels.each { |c| validate_channel!(c, InvalidArgumentError) }
+      site_id = site_name(site_id, InvalidArgumentError)
       return @store.last_ids(channels, site_id: site_id) unless site_id && channels.any? { |c| global?(c) }
       channels.to_h { |c| [c, last_id(c, site_id: site_id)] }
     end
 
-    def backlog(channel, last_id = 0, site_id: nil) = @store.backlog(channel, last_id, site_id: site_key(channel, site_id))
+    def backlog(channel, last_id = 0, site_id: nil)
+      validate_channel!(channel, InvalidArgumentError)
+      @store.backlog(channel, last_id, site_id: site_key(channel, site_name(site_id, InvalidArgumentError)))
+    end
 
     def global_backlog(last_id = 0, limit: nil) = @store.global_backlog(last_id, limit: limit)
 
@@ -65,10 +76,12 @@ module Herald
     # subscribe(channel, site_id: "s")       that site only; last_id is then a message id of that site
     # subscribe { |msg| }                    every channel (last_id, if given, is a global id)
     def subscribe(channel = nil, last_id = nil, site_id: nil, &block)
-      raise ArgumentError, "subscribe needs a block" unless block
+      raise InvalidArgumentError, "subscribe needs a block" unless block
       raise ClosedError, "bus is closed" if @closed
+      Store::Limits.validate_id!(:last_id, last_id) if last_id
       sub = if channel
-        channel_subscription(channel, last_id, site_key(channel, site_name(site_id)), block)
+        validate_channel!(channel, InvalidArgumentError)
+        channel_subscription(channel, last_id, site_key(channel, site_name(site_id, InvalidArgumentError)), block)
       else
         Subscription.new(bus: self, channel: nil, site_id: nil, last_id: last_id || @store.last_global_id, catch_up: true, callback: block)
       end
@@ -95,7 +108,6 @@ module Herald
 
     # On one site: counted by that site's message ids. On every site (site_id nil): by global ids from now.
     def channel_subscription(channel, last_id, site_id, block)
-      validate_channel!(channel)
       floor = site_id ? nil : @store.last_global_id
       last_id ||= @store.last_id(channel, site_id: site_id) if site_id
       Subscription.new(bus: self, channel: channel, site_id: site_id, last_id: last_id, global_floor: floor, catch_up: true, callback: block)
@@ -148,14 +160,12 @@ module Herald
       @valid_names[channel] = name
     end
 
+    # The store checks the rest once (targets, retention, the data's size: Store::Limits), for every way in.
     def validate!(channel, user_ids, group_ids, client_ids, site_id)
       validate_channel!(channel)
       text!(:channel, channel)
       site_id = site_name(site_id)
       Store.validate_name_sizes!(channel, site_id)
-      validate_targets!(:user_ids, user_ids) if user_ids
-      validate_targets!(:group_ids, group_ids) if group_ids
-      validate_targets!(:client_ids, client_ids) if client_ids
       if global?(channel) && (user_ids || group_ids)
         raise InvalidMessageError, "user_ids and group_ids cannot target a /global/ channel"
       end
@@ -164,22 +174,17 @@ module Herald
 
     # Any non-empty String names a channel, with or without a leading / (message_bus accepts `abc` too).
     # The site separator cannot be allowed: "a$|$b" without a site and "a" on site "b" would share one key.
-    def validate_channel!(channel)
-      raise ArgumentError, "channel must be a non-empty String, got #{channel.inspect}" unless channel.is_a?(String) && !channel.empty?
+    # (InvalidMessageError at publish, InvalidArgumentError on reads and subscribe.)
+    def validate_channel!(channel, error = InvalidMessageError)
+      raise error, "channel must be a non-empty String, got #{Store::Limits.shown(channel)}" unless channel.is_a?(String) && !channel.empty?
       return unless channel.include?(Store::SITE_SEPARATOR)
-      raise ArgumentError, "channel must not contain #{Store::SITE_SEPARATOR} (it separates channel and site id in the store's keys), got #{channel.inspect}"
-    end
-
-    def validate_targets!(name, ids)
-      raise InvalidMessageError, "#{name} must be a non-empty Array or nil, got #{ids.inspect}" unless ids.is_a?(Array) && !ids.empty?
-      # [current_user&.id] for a visitor: a nil target would match every anonymous client.
-      raise InvalidMessageError, "#{name} must not contain nil, got #{ids.inspect}" if ids.include?(nil)
+      raise error, "channel must not contain #{Store::SITE_SEPARATOR} (it separates channel and site id in the store's keys), got #{channel.inspect}"
     end
 
     # Channel names and site ids are UTF-8 text, stored as bytes and read back as UTF-8 by every store.
-    def text!(name, value)
+    def text!(name, value, error = InvalidMessageError)
       return if value.valid_encoding? && (value.encoding == Encoding::UTF_8 || value.ascii_only?)
-      raise InvalidMessageError, "#{name} must be valid UTF-8, got #{value.encoding} #{value.dump[0, 60]}"
+      raise error, "#{name} must be valid UTF-8, got #{value.encoding} #{value.dump[0, 60]}"
     end
 
     # An ASCII name in another encoding (Rack's env strings are ASCII-8BIT, Integer#to_s gives US-ASCII) is
@@ -188,12 +193,12 @@ module Herald
 
     # A site id is a String ("" is a site of its own, as in message_bus); Symbols and Integers are named
     # by their text, so every store returns the same String.
-    def site_name(site_id)
+    def site_name(site_id, error = InvalidMessageError)
       case site_id
       when nil then nil
-      when String then utf8(site_id.tap { text!(:site_id, site_id) })
+      when String then utf8(site_id.tap { text!(:site_id, site_id, error) })
       when Symbol, Integer then utf8(site_id.to_s)
-      else raise InvalidMessageError, "site_id must be a String, got #{site_id.class}"
+      else raise error, "site_id must be a String (or a Symbol or Integer, named by its text), got #{site_id.class}"
       end
     end
 
@@ -211,10 +216,11 @@ module Herald
       begin
         @epoch ||= @store.known_epoch
         cursor ||= @store.last_global_id
+        @last_read ||= @store.global_backlog(cursor - 1, limit: 1).first if cursor > 0 # what `restart` looks for
         until @closed
           activate_pending
           @store.wait(cursor, timeout: WAIT_SLICE)
-          cursor = (@store.known_epoch == @epoch) ? dispatch_after(cursor) : restart
+          cursor = (@store.known_epoch == @epoch) ? dispatch_after(cursor) : restart(cursor)
         end
       rescue ClosedError
         nil
@@ -239,13 +245,27 @@ module Herald
       end
     end
 
-    # The store was reset: every subscription starts again from the new epoch's first message. The cursor
-    # ends at least at the last id read before (a floor with no message under it would wake `wait` at once).
-    def restart
+    # The store was reset (its epoch changed). What is new to the subscriptions depends on where its ids went:
+    # - above the cursor (a flushed Redis keeps a watermark: ids restart above the old ones), or the last
+    #   message read is still there (the epoch changed again, two processes noticing one flush): read on after
+    #   the cursor; starting over would deliver again what was read after the reset, before it was noticed;
+    # - below it (a replaced log directory; a Redis restarted empty, then written by a process that never saw
+    #   the old ids): what the store holds is new, and every subscription starts from its first message;
+    # - nowhere yet (nothing stored since): decided once something is (the epoch is left as it was).
+    def restart(cursor)
+      first = @store.global_backlog(0, limit: 1).first
+      return [cursor, @store.last_global_id].max unless first # (a floor with no message under it: no spin)
       @epoch = @store.known_epoch
-      @lock.synchronize { @subscriptions.each(&:restart) }
+      return dispatch_after(cursor) if first.global_id > cursor || still_there?(@last_read)
       floor = @store.last_global_id
+      @lock.synchronize { @subscriptions.each(&:restart) }
       [dispatch_after(0), floor].max
+    end
+
+    def still_there?(msg)
+      return false unless msg
+      now = @store.global_backlog(msg.global_id - 1, limit: 1).first
+      now == msg && now.created_at == msg.created_at
     end
 
     # Reads after `cursor` and delivers; a batch read while the epoch changed is left to `restart`.
@@ -257,7 +277,8 @@ module Herald
         batch.each do |msg|
           subs.each { |sub| safely(msg) { sub.deliver(msg) } }
         end
-        cursor = batch.last.global_id
+        @last_read = batch.last
+        cursor = @last_read.global_id
       end
     end
 

@@ -45,7 +45,7 @@ module Herald
     rescue OptionParser::ParseError, UsageError => e
       err.puts one_line(name, e.message), "usage: herald #{USAGES[name][0]}"
       2
-    rescue ArgumentError => e
+    rescue ArgumentError, InvalidArgumentError => e # what was given is refused: a usage error
       err.puts one_line(name, e.message)
       2
     rescue Herald::Error, SystemCallError, SocketError, IOError, ScriptError => e

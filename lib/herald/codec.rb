@@ -23,7 +23,7 @@ module Herald
       case name_or_codec
       when Symbol, String
         REGISTRY.fetch(name_or_codec.to_sym) do
-          raise ArgumentError, "Unknown codec #{name_or_codec.inspect}, expected one of #{REGISTRY.keys.inspect}"
+          raise InvalidArgumentError, "Unknown codec #{name_or_codec.inspect}, expected one of #{REGISTRY.keys.inspect}"
         end
       when Integer
         BY_ID[name_or_codec] || raise(CorruptRecordError, "unknown codec id #{name_or_codec}")

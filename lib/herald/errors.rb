@@ -4,11 +4,24 @@ module Herald
   # The one tree of errors Herald raises. Rescue Herald::Error to catch them all.
   class Error < StandardError; end
 
-  # Bad settings: an unknown store or codec, an option out of range.
+  # Herald cannot run as it is set up: configured after the first publish, an empty HERALD_DIR, a port
+  # in use, a Rails too old.
   class ConfigurationError < Error; end
 
-  # A publish that message_bus would refuse too: empty target lists, user/group targets on /global/.
-  class InvalidMessageError < Error; end
+  # An argument Herald does not accept, in a call or a constructor: a channel that is not a non-empty
+  # String, an id beyond 64 bits, a timeout that is not a finite number of seconds, an unknown store URL,
+  # codec or option. The message says what is accepted. One rule for the public API: every value of every
+  # argument either works or raises a Herald::Error, this one or a subclass, never Ruby's ArgumentError
+  # (Herald::Error is a class, so one error cannot be both: rescue Herald::Error, or this). Only a call
+  # Ruby itself refuses, a wrong number of arguments or an unknown keyword, raises Ruby's own.
+  class InvalidArgumentError < Error; end
+
+  # A publish no store can take as given: refused before anything is stored, on every store. Data the
+  # codec cannot carry, a channel or site id that is empty, not UTF-8 or over Store::MAX_CHANNEL_BYTES,
+  # data over the store's `max_payload_bytes`, targets that are not Integers or Strings (or pack to more
+  # than Store::MAX_TARGETS_BYTES), retention out of range, and what message_bus refuses too: empty target
+  # lists, user/group targets on /global/.
+  class InvalidMessageError < InvalidArgumentError; end
 
   # The store was closed and cannot be used any more.
   class ClosedError < Error; end

@@ -89,7 +89,20 @@ module Herald
       else
         puma.add_tcp_listener(host, port, true, 1024)
       end
+      puma.binder.ios.each { |listener| listener.extend(ClosedListener) }
       puma
+    end
+
+    # Puma (6.6) writes a reply on a busy pool only after asking the request's listener whether a connection
+    # waits (`client.listener.to_io.wait_readable(0)`); its graceful stop closes the listeners while requests
+    # are still being answered, and the IOError lost the reply of a request that had run (a publish
+    # acknowledged to nobody). A closed listener has no connection waiting.
+    module ClosedListener
+      def wait_readable(*)
+        super
+      rescue IOError
+        nil
+      end
     end
 
     # A listening socket with SO_REUSEPORT: several processes bind the same port and the kernel spreads new
@@ -156,7 +169,7 @@ module Herald
     # Ruby. With a networked store (Redis, PostgreSQL) a poll waits for a round trip, so polls run on the
     # thread pool, which waits for several at once, and the loop only reads and writes.
     def inline_paths
-      return ->(_path) { false } unless @bus.store.is_a?(Store::Log) || @bus.store.is_a?(Store::Memory)
+      return ->(_path) { false } unless @bus.store.local_reads?
       prefix = @middleware.prefix
       script = "#{prefix}herald.js"
       ->(path) { path.start_with?(prefix) && path != script }
@@ -175,10 +188,10 @@ module Herald
     # Puma takes a port modulo 65536, binds every interface for an empty host and, with no threads,
     # accepts connections it never answers.
     def validate_options!
-      raise ArgumentError, "host must name an address (0.0.0.0 for every interface), got #{@host.inspect}" unless @host.is_a?(String) && !@host.empty?
-      raise ArgumentError, "port must be an Integer in 0..65535 (0: any free port), got #{@port.inspect}" unless @port.is_a?(Integer) && @port.between?(0, 65_535)
-      raise ArgumentError, "threads must be an Integer >= 1, got #{@threads.inspect}" unless @threads.is_a?(Integer) && @threads >= 1
-      raise ArgumentError, "front must be one of #{FRONTS.inspect}, got #{@front.inspect}" unless FRONTS.include?(@front)
+      raise InvalidArgumentError, "host must name an address (0.0.0.0 for every interface), got #{@host.inspect}" unless @host.is_a?(String) && !@host.empty?
+      raise InvalidArgumentError, "port must be an Integer in 0..65535 (0: any free port), got #{@port.inspect}" unless @port.is_a?(Integer) && @port.between?(0, 65_535)
+      raise InvalidArgumentError, "threads must be an Integer >= 1, got #{@threads.inspect}" unless @threads.is_a?(Integer) && @threads >= 1
+      raise InvalidArgumentError, "front must be one of #{FRONTS.inspect}, got #{@front.inspect}" unless FRONTS.include?(@front)
     end
 
     def shutdown

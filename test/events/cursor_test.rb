@@ -71,7 +71,7 @@ class CursorTest < Minitest::Test
   def test_save_cursor_refuses_what_is_not_a_global_id_on_every_store
     [log_store, Herald::Store::Memory.new].each do |store|
       [-1, "5", nil, 1.5].each do |bad|
-        assert_raises(ArgumentError, "#{store.class} #{bad.inspect}") { store.save_cursor("X", bad) }
+        assert_raises(Herald::InvalidArgumentError, "#{store.class} #{bad.inspect}") { store.save_cursor("X", bad) }
       end
       assert_equal 0, store.load_cursor("X")
       store.close
@@ -90,7 +90,7 @@ class CursorTest < Minitest::Test
     fine = []
     errors = Queue.new
     b = define_subscriber("Broken", "/events/n", deferred: true) { |e, _m| broken << e.n }
-    f = define_subscriber("Fine", "/events/n", deferred: true) { |e, _m| fine << e.n }
+    f = define_subscriber("Fine", "/events/n", deferred: true, start: :oldest) { |e, _m| fine << e.n }
     pool = nil
     log = capture_log do
       pool = Herald::Events::WorkerPool.new(store: store, subscribers: [b, f], threads: 1,

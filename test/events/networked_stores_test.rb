@@ -34,7 +34,7 @@ module NetworkedEventsTests
     store = use_store(build_store(namespace))
     store.save_cursor("Net", 3)
     assert_equal 3, store.load_cursor("Net")
-    assert_raises(ArgumentError) { store.save_cursor("Net", -1) }
+    assert_raises(Herald::InvalidArgumentError) { store.save_cursor("Net", -1) }
     damaged_values.each do |bad|
       damage_cursor(namespace, "Net", bad)
       error = assert_raises(Herald::CorruptCursorError, bad.inspect) { store.load_cursor("Net") }

@@ -62,7 +62,7 @@ class SubscriberTest < Minitest::Test
     assert_equal [{"n" => "é"}], got
     Herald.publish_event({"n" => 2}, channel: "orders".b) # an ASCII name from a Rack env: stored as UTF-8, as publish does
     assert_equal [Encoding::UTF_8], Herald.backlog("orders").map { |m| m.channel.encoding }.uniq
-    assert_raises(ArgumentError) { Herald.publish_event({}, channel: "") }
+    assert_raises(Herald::InvalidMessageError) { Herald.publish_event({}, channel: "") }
     assert_raises(Herald::InvalidMessageError) { Herald.publish_event({}, channel: "bad\xFF") }
   end
 

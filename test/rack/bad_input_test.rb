@@ -39,7 +39,10 @@ class BadInputTest < Minitest::Test
     ["deeply nested JSON", "[" * 500 + "]" * 500, "application/json", {}, 400],
     ["empty channel name", JSON.generate("" => 0), "application/json", {}, 400],
     ["channel too long", JSON.generate("/#{"x" * 300}" => 0), "application/json", {}, 400],
-    ["channel with the site separator", JSON.generate("/a$|$b" => 0), "application/json", {}, 400]
+    ["channel with the site separator", JSON.generate("/a$|$b" => 0), "application/json", {}, 400],
+    # ActionCable's broadcastings (adapter: herald) reach only the clients its channels authorized.
+    ["an ActionCable broadcasting", JSON.generate("/chat" => 0, Herald::Cable.channel("room") => 0), "application/json", {}, 403],
+    ["an ActionCable broadcasting in a form", "%2Fherald%2Fcable%2Froom=-1", "application/x-www-form-urlencoded", {}, 403]
   ].freeze
 
   def test_corpus_through_rack_lint

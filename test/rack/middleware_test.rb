@@ -251,7 +251,7 @@ class MiddlewareTest < Minitest::Test
   end
 
   def test_unknown_option_is_refused
-    error = assert_raises(ArgumentError) { Herald::Rack::Middleware.new(APP, bus: @bus, long_poling_interval: 1) }
+    error = assert_raises(Herald::InvalidArgumentError) { Herald::Rack::Middleware.new(APP, bus: @bus, long_poling_interval: 1) }
     assert_includes error.message, ":long_poling_interval"
   end
 

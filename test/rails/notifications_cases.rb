@@ -82,7 +82,7 @@ module Herald
     end
 
     def test_a_publish_that_fails_validation_reports_nothing
-      assert_raises(ArgumentError) { @bus.publish("", "x") }
+      assert_raises(Herald::InvalidMessageError) { @bus.publish("", "x") }
       assert_raises(Herald::InvalidMessageError) { @bus.publish("/x", "x", client_ids: [nil]) }
       assert_empty events("publish_message.herald")
     end

@@ -132,7 +132,7 @@ class ServerCLITest < Minitest::Test
   # Before, --threads 0 listened, never answered and ignored SIGTERM; --port 99999 listened on 34463.
   def test_the_server_refuses_options_puma_would_misuse
     [{threads: 0}, {threads: "5"}, {port: 99_999}, {port: -5}, {port: "9292"}, {host: ""}, {host: nil}].each do |options|
-      error = assert_raises(ArgumentError, options.inspect) { Herald::Server.new(**options, dir: @dir) }
+      error = assert_raises(Herald::InvalidArgumentError, options.inspect) { Herald::Server.new(**options, dir: @dir) }
       assert_match(/must be an Integer|must name an address/, error.message)
       refute File.exist?(@dir), "#{options}: nothing is created before the options are checked"
     end
@@ -160,7 +160,7 @@ class ServerCLITest < Minitest::Test
       server&.stop
       server&.wait
     end
-    assert_raises(ArgumentError) { Herald::Server.new(front: :webrick, dir: @dir) }
+    assert_raises(Herald::InvalidArgumentError) { Herald::Server.new(front: :webrick, dir: @dir) }
     command = Herald::CLI::Server.allocate.tap { |c| c.instance_variable_set(:@options, {}) }
     command.send(:parser).parse!(%w[--puma])
     assert_equal({front: :puma}, command.instance_variable_get(:@options))

@@ -42,7 +42,23 @@ module StoreContract
     assert_equal a2.global_id, @store.last_global_id
     assert_equal({"/a" => 2, "/b" => 1}, @store.last_ids(["/a", "/b"]))
     # Without the lock (Rack::ReplyCache asks on every poll): the same once appends have returned.
-    assert_equal a2.global_id, @store.peek_last_global_id if @store.respond_to?(:peek_last_global_id)
+    assert_equal a2.global_id, @store.peek_last_global_id
+  end
+
+  # What readers decide by (never the store's class): local reads let an event loop read inline; a watch
+  # calls back on every append, and a store without one says so with nil.
+  def test_capabilities
+    assert_includes [true, false], @store.local_reads?
+    calls = 0
+    watch = @store.watch { calls += 1 }
+    if watch
+      assert @store.local_reads?, "a store that calls back reads locally (the callback reads it inline)"
+      append("/cap", "x")
+      assert_operator calls, :>=, 1, "the watch is called after an append"
+      watch.cancel
+      append("/cap", "y")
+      assert_equal calls, calls.tap { append("/cap", "z") }, "a cancelled watch is not called"
+    end
   end
 
   def test_backlog_returns_messages_after_id_with_data_and_targets
@@ -175,8 +191,8 @@ module StoreContract
   end
 
   def test_invalid_retention_is_an_argument_error
-    assert_raises(ArgumentError) { append("/a", 1, max_backlog_size: 0) }
-    assert_raises(ArgumentError) { append("/a", 1, max_backlog_age: -1) }
+    assert_raises(Herald::InvalidMessageError) { append("/a", 1, max_backlog_size: 0) }
+    assert_raises(Herald::InvalidMessageError) { append("/a", 1, max_backlog_age: -1) }
   end
 
   def test_wait_returns_at_once_when_behind_and_blocks_until_append
@@ -206,6 +222,10 @@ module StoreContract
     @store.save_cursor("Sub", 42)
     assert_equal 42, @store.load_cursor("Sub")
     assert_equal 0, @store.load_cursor("Other")
+    # A new deferred subscriber tells "never saved" from a saved 0 (where it starts depends on it).
+    assert_nil @store.load_cursor("Other", default: nil)
+    @store.save_cursor("Zero", 0)
+    assert_equal 0, @store.load_cursor("Zero", default: nil)
   end
 
   def test_lease_is_exclusive_until_released

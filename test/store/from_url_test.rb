@@ -42,9 +42,9 @@ class StoreFromUrlTest < Minitest::Test
   end
 
   def test_unknown_scheme_is_an_argument_error_naming_the_choices
-    error = assert_raises(ArgumentError) { Herald::Store.from_url("mysql://x/y") }
+    error = assert_raises(Herald::InvalidArgumentError) { Herald::Store.from_url("mysql://x/y") }
     assert_match(/redis:\/\/.*postgres:\/\//, error.message)
-    assert_raises(ArgumentError) { Herald::Store.from_url("") }
+    assert_raises(Herald::InvalidArgumentError) { Herald::Store.from_url("") }
   end
 
   def test_cli_publish_follows_herald_store

@@ -109,7 +109,7 @@ class LogStoreTest < Minitest::Test
 
   # An empty directory name would put the log's files into the current directory.
   def test_an_empty_directory_is_refused
-    assert_raises(ArgumentError) { Herald::Store::Log.new(dir: "") }
+    assert_raises(Herald::InvalidArgumentError) { Herald::Store::Log.new(dir: "") }
     old = ENV["HERALD_DIR"]
     ENV["HERALD_DIR"] = ""
     error = assert_raises(Herald::ConfigurationError) { Herald::Store::Log.default_dir }
@@ -226,7 +226,7 @@ class LogStoreTest < Minitest::Test
   end
 
   def test_unknown_fsync_mode_is_an_argument_error
-    assert_raises(ArgumentError) { Herald::Store::Log.new(dir: Dir.mktmpdir, fsync: :sometimes) }
+    assert_raises(Herald::InvalidArgumentError) { Herald::Store::Log.new(dir: Dir.mktmpdir, fsync: :sometimes) }
   end
 
   private

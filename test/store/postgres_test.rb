@@ -46,7 +46,7 @@ class PostgresStoreTest < Minitest::Test
       Thread.new do
         conn = PG.connect(url)
         5.times do |i|
-          tail = Herald::Store::Packed.tail("/slow", json_codec.encode([t, i]), json_codec, Time.now.to_f, 60, nil, nil, nil, nil)
+          tail = Herald::Store::Packed.tail("/slow", json_codec.encode([t, i]), json_codec, Time.now.to_f, 60, nil, Herald::Store::Limits::EMPTY)
           conn.transaction do
             conn.exec_params("SELECT * FROM #{@store.table}_append('/slow', $1, 1000, $2)", [{value: tail, format: 1}, Time.now.to_f + 60])
             conn.exec("SELECT pg_sleep(random() * 0.02)")
@@ -103,7 +103,7 @@ class PostgresStoreTest < Minitest::Test
   def test_migrating_a_current_schema_takes_no_table_lock
     append("/m", "first")
     appender = PG.connect(url)
-    tail = Herald::Store::Packed.tail("/m", json_codec.encode("open"), json_codec, Time.now.to_f, 60, nil, nil, nil, nil)
+    tail = Herald::Store::Packed.tail("/m", json_codec.encode("open"), json_codec, Time.now.to_f, 60, nil, Herald::Store::Limits::EMPTY)
     appender.exec("BEGIN")
     appender.exec_params("SELECT * FROM #{@store.table}_append('/m', $1, 1000, $2)", [{value: tail, format: 1}, Time.now.to_f + 60])
     twin = twin_store(@store)

@@ -169,7 +169,7 @@ class RedisStoreTest < Minitest::Test
   def append_batch(store, messages)
     codec = json_codec
     requests = messages.map do |channel, data, size, age|
-      store.send(:request, channel, codec.encode(data), codec, Process.clock_gettime(Process::CLOCK_REALTIME), nil, nil, nil, nil, size, age)
+      store.send(:request, channel, codec.encode(data), codec, Process.clock_gettime(Process::CLOCK_REALTIME), Herald::Store::Limits::EMPTY, nil, size, age)
     end
     store.send(:append_batch, requests)
   end

@@ -30,7 +30,7 @@ module Herald
         packer = Thread.current[:herald_event_packer] ||= FACTORY.packer
         packer.write(obj)
         packer.to_s.freeze
-      rescue NoMethodError => e
+      rescue NoMethodError, RangeError => e # RangeError: an Integer beyond 64 bits
         raise EventEncodingError, "cannot encode #{obj.class} as an event (#{e.message}): publish a Struct, " \
           "a Hash, or plain values (String, Integer, Float, Symbol, Time, Array, true/false/nil)"
       ensure

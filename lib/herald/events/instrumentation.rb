@@ -37,7 +37,7 @@ module Herald
 
     class << self
       def subscribe(name = nil, &block)
-        raise ArgumentError, "Herald::Instrumentation.subscribe needs a block" unless block
+        raise InvalidArgumentError, "Herald::Instrumentation.subscribe needs a block" unless block
         callback = Callback.new(name, block)
         @lock.synchronize { @callbacks = (@callbacks + [callback]).freeze }
         callback

@@ -67,7 +67,7 @@ module Herald
 
       def initialize(app, bus: nil, **options)
         unknown = options.keys - DEFAULTS.keys
-        raise ArgumentError, "Unknown option #{unknown.first.inspect}, expected one of #{DEFAULTS.keys.inspect}" if unknown.any?
+        raise InvalidArgumentError, "Unknown option #{unknown.first.inspect}, expected one of #{DEFAULTS.keys.inspect}" if unknown.any?
         @app = app
         @bus = bus # nil: Herald's default bus, looked up per request (see #bus)
         @options = DEFAULTS.merge(options).freeze

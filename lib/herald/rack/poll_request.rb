@@ -193,6 +193,8 @@ module Herald
           raise RequestError, "channel names are non-empty UTF-8 strings (max #{MAX_CHANNEL_BYTES} bytes)"
         end
         raise RequestError, "channel names must not contain #{Store::SITE_SEPARATOR}" if key.include?(Store::SITE_SEPARATOR)
+        # ActionCable's broadcastings reach the clients its channels authorized, never a poll.
+        raise RequestError.new("#{Cable::PREFIX}... channels are ActionCable's; subscribe through ActionCable", status: 403) if Cable.channel?(key)
         key
       end
 

@@ -96,8 +96,8 @@ module Herald
       # The store wakes this loop for every append (Memory, Log). A Log's watch also has a socket that other
       # processes' appends poke, selected on here beside the clients.
       def watch_store
-        return nil unless @bus.store.respond_to?(:watch)
-        watch = @bus.store.watch { moved }
+        watch = @bus.store.watch { moved } or return nil # (networked stores: messages come from a bus subscription)
+        @watch_monitor = nil
         if watch.io
           @watch_monitor = @selector.register(watch.io, :r)
           @watch_monitor.value = watch

@@ -44,8 +44,6 @@ module Herald
         @entries = {} # body => frozen Array of entries
         @count = 0
         @bytes = 0
-        @epochs = store.respond_to?(:known_epoch) # a reset store (a wiped log, a flushed Redis) has a new epoch
-        @peek = store.respond_to?(:peek_last_global_id) # last_global_id without a lock (Log, Memory)
       end
 
       # For a request to the middleware: the reply kept for it (a String), a Miss, or nil when it is not one
@@ -73,8 +71,8 @@ module Herald
           i = 0
           while (e = list[i])
             if e[0] == query && e[1] == type && e[2] == accept && e[3] == dont_chunk
-              fresh = e[5] == (@peek ? @store.peek_last_global_id : @store.last_global_id) &&
-                (!@epochs || e[6] == @store.known_epoch) && Process.clock_gettime(Process::CLOCK_MONOTONIC) < e[7]
+              # (a reset store, a wiped log or a flushed Redis, has a new epoch)
+              fresh = e[5] == @store.peek_last_global_id && e[6] == @store.known_epoch && Process.clock_gettime(Process::CLOCK_MONOTONIC) < e[7]
               return e if fresh
               break
             end
@@ -124,7 +122,7 @@ module Herald
 
       def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
 
-      def epoch = @epochs ? @store.known_epoch : nil
+      def epoch = @store.known_epoch
     end
   end
 end

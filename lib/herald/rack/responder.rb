@@ -273,7 +273,7 @@ module Herald
 
       def store_epoch
         store = @mw.bus.store
-        epoch = store.known_epoch.to_s if store.respond_to?(:known_epoch)
+        epoch = store.known_epoch.to_s
         epoch if epoch&.match?(EPOCH_SAFE)
       end
 

@@ -48,6 +48,13 @@ module Herald
         Herald.logger = ::Rails.logger if ::Rails.logger
       end
 
+      # What strict JSON refuses (a Time, a BigDecimal, a model, anything with as_json) is encoded as Rails
+      # encodes JSON, so Herald.publish sends what ActionCable.server.broadcast would.
+      initializer "herald.json" do
+        require "active_support/json"
+        Herald::Codec::Json.fallback = ActiveSupport::JSON
+      end
+
       # Nothing is opened here: the bus is built on first publish, poll or worker start.
       initializer "herald.store", after: :load_config_initializers do |app|
         Herald::Config.default_store = Herald::Rails.default_store(app)

@@ -37,16 +37,19 @@ module Herald
         dir
       end
 
-      attr_reader :dir, :fsync, :corrupt_records
+      attr_reader :dir, :fsync, :corrupt_records, :max_payload_bytes
 
+      # max_payload_bytes: the most data (as encoded) a message may carry, Limits::MAX_PAYLOAD_BYTES at most.
       def initialize(dir:, fsync: :interval, segment_bytes: DEFAULT_SEGMENT_BYTES,
-        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 30, on_reset: nil)
-        Store.validate_retention!(max_backlog_size, max_backlog_age)
-        raise ArgumentError, "lock_timeout must be a positive number of seconds, got #{lock_timeout.inspect}" unless lock_timeout.is_a?(Numeric) && lock_timeout > 0
-        raise ArgumentError, "Unknown fsync mode #{fsync.inspect}, expected one of #{Syncer::MODES.inspect}" unless Syncer::MODES.include?(fsync)
-        raise ArgumentError, "segment_bytes must be a positive Integer, got #{segment_bytes.inspect}" unless segment_bytes.is_a?(Integer) && segment_bytes > 0
+        max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, lock_timeout: 30, on_reset: nil,
+        max_payload_bytes: Limits::MAX_PAYLOAD_BYTES)
+        Limits.validate_retention!(max_backlog_size, max_backlog_age, error: InvalidArgumentError)
+        Limits.validate_seconds!(:lock_timeout, lock_timeout)
+        raise InvalidArgumentError, "Unknown fsync mode #{fsync.inspect}, expected one of #{Syncer::MODES.inspect}" unless Syncer::MODES.include?(fsync)
+        raise InvalidArgumentError, "segment_bytes must be a positive Integer, got #{segment_bytes.inspect}" unless segment_bytes.is_a?(Integer) && segment_bytes > 0
+        @max_payload_bytes = Limits.validate_max_payload!(max_payload_bytes)
         @dir = dir.to_s
-        raise ArgumentError, "dir must name a directory, got #{dir.inspect}" if @dir.empty?
+        raise InvalidArgumentError, "dir must name a directory, got #{dir.inspect}" if @dir.empty?
         @fsync = fsync
         @segment_bytes = segment_bytes
         @max_backlog_size = max_backlog_size
@@ -62,7 +65,11 @@ module Herald
 
       def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
-        Store.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
+        Limits.validate_append!(channel, site_id, payload, @max_payload_bytes, created_at)
+        Limits.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
+        # Checked here, before a group commit batches it with others: Record.encode packs them again.
+        Limits.pack_targets(user_ids, group_ids, client_ids) if user_ids || group_ids || client_ids
+        created_at = created_at.to_f if created_at # an Integer is stored and returned as the Float it is read back as
         reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
         if @fsync == :always # concurrent appenders share each fsync (GroupCommit)
           return commit_grouped([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
@@ -81,9 +88,13 @@ module Herald
         msg
       end
 
-      def last_id(channel, site_id: nil) = reading { @index.last_id(Store.channel_key(channel, site_id)) }
+      def last_id(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        reading { @index.last_id(Store.channel_key(channel, site_id)) }
+      end
 
       def last_ids(channels, site_id: nil)
+        Limits.validate_keys!(channels, site_id)
         reading { channels.to_h { |c| [c, @index.last_id(Store.channel_key(c, site_id))] } }
       end
 
@@ -97,11 +108,22 @@ module Herald
         @index.last_global_id
       end
 
-      def backlog(channel, last_id = 0, site_id: nil) = reading { @index.backlog(Store.channel_key(channel, site_id), last_id) }
+      def local_reads? = true
 
-      def global_backlog(last_id = 0, limit: nil) = reading { @index.global_backlog(last_id, limit) }
+      def backlog(channel, last_id = 0, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        Limits.validate_id!(:last_id, last_id)
+        reading { @index.backlog(Store.channel_key(channel, site_id), last_id) }
+      end
+
+      def global_backlog(last_id = 0, limit: nil)
+        Limits.validate_id!(:last_id, last_id)
+        Limits.validate_limit!(limit)
+        reading { @index.global_backlog(last_id, limit) }
+      end
 
       def wait(last_global_id, timeout:)
+        Limits.validate_wait!(last_global_id, timeout)
         reopen if @pid != ForkTracker.pid # an attr_reader: cheaper than a method, far cheaper than getpid(2)
         deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
         @lock.synchronize do

@@ -5,11 +5,15 @@ module Herald
     # The reference store: everything in this process's memory, thread-safe, gone at exit.
     # Every other store must behave like this one (test/store/contract.rb).
     class Memory
-      attr_reader :epoch
+      attr_reader :epoch, :max_payload_bytes
       alias_method :known_epoch, :epoch
 
-      def initialize(max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE)
-        Store.validate_retention!(max_backlog_size, max_backlog_age)
+      # max_payload_bytes: the most data (as encoded) a message may carry; lower than the other stores'
+      # Limits::MAX_PAYLOAD_BYTES only if you want to, never higher, so an app can move to any store.
+      def initialize(max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE,
+        max_payload_bytes: Limits::MAX_PAYLOAD_BYTES)
+        Limits.validate_retention!(max_backlog_size, max_backlog_age, error: InvalidArgumentError)
+        @max_payload_bytes = Limits.validate_max_payload!(max_payload_bytes)
         @max_backlog_size = max_backlog_size
         @max_backlog_age = max_backlog_age
         @lock = Monitor.new
@@ -31,14 +35,16 @@ module Herald
 
       def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
-        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        Limits.validate_append!(channel, site_id, payload, @max_payload_bytes, created_at)
+        Limits.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
+        Limits.pack_targets(user_ids, group_ids, client_ids) if user_ids || group_ids || client_ids # what the others can keep
         msg = @lock.synchronize do
           raise ClosedError, "store is closed" if @closed
           ch = channel_for(Store.channel_key(channel, site_id))
           ch.max_size = max_backlog_size if max_backlog_size
           change_age(ch, max_backlog_age) if max_backlog_age && max_backlog_age != ch.max_age
           msg = Message.new(global_id: @global_id += 1, message_id: ch.last_id += 1, channel: channel,
-            payload: payload, codec: codec, created_at: created_at || Process.clock_gettime(Process::CLOCK_REALTIME),
+            payload: payload, codec: codec, created_at: created_at&.to_f || Process.clock_gettime(Process::CLOCK_REALTIME),
             user_ids: user_ids, group_ids: group_ids, client_ids: client_ids, site_id: site_id)
           ch.messages << msg
           @global << msg
@@ -52,10 +58,12 @@ module Herald
       end
 
       def last_id(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
         @lock.synchronize { @channels[Store.channel_key(channel, site_id)]&.last_id || 0 }
       end
 
       def last_ids(channels, site_id: nil)
+        Limits.validate_keys!(channels, site_id)
         @lock.synchronize { channels.to_h { |c| [c, @channels[Store.channel_key(c, site_id)]&.last_id || 0] } }
       end
 
@@ -65,7 +73,11 @@ module Herald
       # under the GVL; an append in progress may not be seen yet, as for a poll that came a moment sooner.
       def peek_last_global_id = @global_id
 
+      def local_reads? = true
+
       def backlog(channel, last_id = 0, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        Limits.validate_id!(:last_id, last_id)
         @lock.synchronize do
           ch = @channels[Store.channel_key(channel, site_id)] or return []
           # Messages are in id order: find the start by binary search, check age only on what is returned.
@@ -75,6 +87,8 @@ module Herald
       end
 
       def global_backlog(last_id = 0, limit: nil)
+        Limits.validate_id!(:last_id, last_id)
+        Limits.validate_limit!(limit)
         @lock.synchronize do
           @global.reject! { |m| !retained?(m) } if @global.first && !retained?(@global.first)
           # @global is in id order: a binary search, not a scan (deferred subscribers read in batches).
@@ -89,6 +103,7 @@ module Herald
       end
 
       def wait(last_global_id, timeout:)
+        Limits.validate_wait!(last_global_id, timeout)
         deadline = monotonic + timeout
         @lock.synchronize do
           while @global_id <= last_global_id
@@ -104,7 +119,7 @@ module Herald
       # The block runs on the appending thread after every append (Store::Watchers): => a Watch (#cancel).
       def watch(&block) = @watchers.add(block)
 
-      def load_cursor(name) = @lock.synchronize { @cursors.fetch(name, 0) }
+      def load_cursor(name, default: 0) = @lock.synchronize { @cursors.fetch(name, default) }
 
       def save_cursor(name, global_id)
         Store.validate_cursor!(global_id)

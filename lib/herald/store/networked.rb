@@ -10,7 +10,16 @@ module Herald
     module Networked
       include BacklogCache::Reads
 
+      # Reads are round trips: an event loop must not wait for them (Store contract, "Capabilities").
+      def local_reads? = false
+
+      # No callbacks: a watcher would have to read over the network from the appending thread.
+      def watch = nil
+
+      def peek_last_global_id = last_global_id
+
       def wait(last_global_id, timeout:)
+        Limits.validate_wait!(last_global_id, timeout)
         raise ClosedError, "store is closed" if @closed
         @notifier.wait(last_global_id, timeout)
       end

@@ -24,8 +24,8 @@ module Herald
       TAIL_FORMAT = "GGCNNNa*a*a*a*"
       EMPTY = "".b.freeze
 
-      def self.tail(channel, payload, codec, created_at, max_age, site_id, user_ids, group_ids, client_ids)
-        targets = (user_ids || group_ids || client_ids) ? MessagePack.pack([user_ids, group_ids, client_ids]) : EMPTY
+      # `targets`: Limits.pack_targets, checked and packed before anything else of the publish is done.
+      def self.tail(channel, payload, codec, created_at, max_age, site_id, targets)
         [created_at, created_at + max_age, codec.id, channel.bytesize, site_id ? site_id.bytesize : NO_SITE,
           targets.bytesize, channel, site_id || EMPTY, targets, payload].pack(TAIL_FORMAT)
       end

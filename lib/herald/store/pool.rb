@@ -10,7 +10,7 @@ module Herald
     # closing them would talk on the parent's sockets.
     class Pool
       def initialize(size:, timeout:, connect:, close:, abandon:, broken:, alive: ->(_) { true })
-        raise ArgumentError, "pool size must be a positive Integer, got #{size.inspect}" unless size.is_a?(Integer) && size > 0
+        raise InvalidArgumentError, "pool size must be a positive Integer, got #{size.inspect}" unless size.is_a?(Integer) && size > 0
         @size = size
         @timeout = timeout
         @connect = connect

@@ -34,6 +34,9 @@ module Herald
       MIGRATE_TIMEOUT = 60 # seconds
       CLIENT_MARGIN = 0.5 # seconds past statement_timeout before the client gives up on a silent server
       RETRIES = [0.05, 0.2, 0.5, 1.0].freeze
+      # How often the listener checks the epoch while no wakeup comes (as Redis::CHECK_EVERY): tables
+      # dropped and created again are noticed within this many seconds even when nobody publishes.
+      CHECK_EVERY = 1.0
       LOST = [PG::ConnectionBad, PG::UnableToSend, PG::AdminShutdown].freeze
       STATEMENTS = {
         "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4)",
@@ -54,14 +57,18 @@ module Herald
         "save_cursor" => "INSERT INTO %<t>s_cursors VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET global_id = EXCLUDED.global_id"
       }.freeze
 
-      attr_reader :url, :table
+      attr_reader :url, :table, :max_payload_bytes
 
       def initialize(url: ENV.fetch("DATABASE_URL", DEFAULT_URL), table: "herald", pool: DEFAULT_POOL,
         max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE, migrate: true,
-        on_reset: nil, backlog_cache: true, connect_timeout: 2, timeout: DEFAULT_TIMEOUT)
-        Store.validate_retention!(max_backlog_size, max_backlog_age)
-        raise ArgumentError, "table must be a lowercase SQL identifier, got #{table.inspect}" unless /\A[a-z_][a-z0-9_]{0,40}\z/.match?(table)
-        raise ArgumentError, "timeout must be a positive number of seconds, got #{timeout.inspect}" unless timeout.is_a?(Numeric) && timeout > 0
+        on_reset: nil, backlog_cache: true, connect_timeout: 2, timeout: DEFAULT_TIMEOUT, max_payload_bytes: Limits::MAX_PAYLOAD_BYTES)
+        Limits.validate_retention!(max_backlog_size, max_backlog_age, error: InvalidArgumentError)
+        raise InvalidArgumentError, "table must be a lowercase SQL identifier, got #{table.inspect}" unless table.is_a?(String) && /\A[a-z_][a-z0-9_]{0,40}\z/.match?(table)
+        Limits.validate_seconds!(:timeout, timeout)
+        Limits.validate_seconds!(:connect_timeout, connect_timeout)
+        # A record (Store::Packed) is one bytea parameter and value: PostgreSQL's end at 1 GB, well above
+        # any record Limits lets through.
+        @max_payload_bytes = Limits.validate_max_payload!(max_payload_bytes)
         @url = url
         @table = table
         @timeout = timeout
@@ -102,13 +109,15 @@ module Herald
 
       def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
-        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        Limits.validate_append!(channel, site_id, payload, @max_payload_bytes, created_at)
+        Limits.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
+        targets = Limits.pack_targets(user_ids, group_ids, client_ids) # before the retention is remembered
         raise ClosedError, "store is closed" if @closed
         key = key_for(channel, site_id)
         before = @retention.for(key).first
         size, age = @retention.for(key, max_backlog_size, max_backlog_age)
-        created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
-        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
+        created_at = created_at&.to_f || Process.clock_gettime(Process::CLOCK_REALTIME)
+        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, targets)
         row = write do |c|
           run(c, "grow", [key, before]) if before < size
           run(c, "append", [key, {value: tail, format: 1}, size, created_at + age]).values.first
@@ -119,10 +128,12 @@ module Herald
       end
 
       def last_id(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
         first_value(read { |c| run(c, "last_id", [key_for(channel, site_id)]) }).to_i
       end
 
       def last_ids(channels, site_id: nil)
+        Limits.validate_keys!(channels, site_id)
         keys = channels.map { |ch| key_for(ch, site_id) }
         found = read { |c| run(c, "last_ids", [@array_encoder.encode(keys)]).values }.to_h
         channels.zip(keys).to_h { |ch, key| [ch, found[key].to_i] }
@@ -130,11 +141,13 @@ module Herald
 
       def last_global_id
         gid, epoch = read { |c| run(c, "meta", []).values.first }
-        saw(epoch)
+        saw(epoch, gid.to_i)
         gid.to_i
       end
 
       def backlog(channel, last_id = 0, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        Limits.validate_id!(:last_id, last_id)
         key = key_for(channel, site_id)
         size = @retention.for(key).first
         cached(key, last_id) do
@@ -143,6 +156,8 @@ module Herald
       end
 
       def global_backlog(last_id = 0, limit: nil)
+        Limits.validate_id!(:last_id, last_id)
+        Limits.validate_limit!(limit)
         now = Process.clock_gettime(Process::CLOCK_REALTIME)
         Packed.decode_all(read { |c| run(c, "global", [last_id, limit, now], 1).column_values(0) })
       end
@@ -155,9 +170,9 @@ module Herald
       # Kept fresh by every append and read of the meta and by the listener's periodic check.
       def known_epoch = @epoch || epoch
 
-      def load_cursor(name)
+      def load_cursor(name, default: 0)
         raw = first_value(read { |c| run(c, "load_cursor", [name]) })
-        Store.parse_cursor(raw, name: name, where: "the table #{@table}_cursors")
+        Store.parse_cursor(raw, name: name, where: "the table #{@table}_cursors", default: default)
       end
 
       def save_cursor(name, global_id)
@@ -296,11 +311,16 @@ module Herald
         end
       end
 
-      def saw(epoch)
+      # A new epoch: the tables were dropped and created again (ids restart from 1). Cached backlogs go, and
+      # waiters on the old ids are told the new last id (Notifier#reset).
+      def saw(epoch, gid)
         return if epoch.nil? || epoch == @epoch
         old = @epoch
         @epoch = epoch
-        @on_reset.call(old, epoch) if old
+        return unless old
+        @cache&.clear
+        @notifier.reset(gid)
+        @on_reset.call(old, epoch)
       end
 
       # The notifier's listener: LISTEN on a dedicated connection, blocking in wait_for_notify.
@@ -308,12 +328,16 @@ module Herald
         conn = @listener_conn = PG.connect(@url, **@connect_options)
         quiet(conn)
         conn.exec("LISTEN #{notify_channel}")
-        notifier.ready(last_global_id)
+        notifier.ready(heard = last_global_id)
         until @closed
-          conn.wait_for_notify(5) do |_channel, _pid, payload|
+          woken = conn.wait_for_notify(CHECK_EVERY) do |_channel, _pid, payload|
             gid, key = payload.split(",", 2)
-            notifier.notify(gid.to_i, key)
+            gid = gid.to_i
+            last_global_id if gid <= heard # ids went back: tables dropped and created again? (the epoch says)
+            heard = gid
+            notifier.notify(gid, key)
           end
+          heard = last_global_id unless woken # quiet: were the tables replaced meanwhile?
           raise PG::ConnectionBad, "listener connection lost" if conn.status != PG::CONNECTION_OK
         end
       ensure

@@ -15,7 +15,7 @@ module Herald
     #
     #   Herald::Store::Redis.new(url: ENV["REDIS_URL"], namespace: "herald", pool: 5,
     #     max_backlog_size: 1000, max_backlog_age: 7 * 86400, max_global_backlog_size: 10_000,
-    #     on_reset: ->(old_epoch, new_epoch) { ... })
+    #     max_payload_bytes: Limits::MAX_PAYLOAD_BYTES, on_reset: ->(old_epoch, new_epoch) { ... })
     #
     # One Lua script (Scripts::APPEND) assigns the global and channel ids, stores the record in the
     # channel's sorted set (once: the global set holds a reference), trims both and PUBLISHes a wakeup;
@@ -49,7 +49,7 @@ module Herald
       GLOBAL_KEY = "refs" # schema 2 (Scripts): schema 1 kept a copy of every record in "global"
       GLOBAL_PAGE = 1000 # references resolved per script call: bounds how long one read holds the server
 
-      attr_reader :url, :namespace, :driver
+      attr_reader :url, :namespace, :driver, :max_payload_bytes
 
       # redis-client's CommandBuilder walks every argument twice (flatten, then to_s) on every call:
       # 4 us of a publish's ~12 us of Ruby. Herald's commands are flat; the publish builds every argument
@@ -70,7 +70,7 @@ module Herald
           require "hiredis-client"
           :hiredis
         when :auto then hiredis? ? :hiredis : :ruby
-        else raise ArgumentError, "Unknown Redis driver #{name.inspect}, expected :auto, :ruby or :hiredis"
+        else raise InvalidArgumentError, "Unknown Redis driver #{name.inspect}, expected :auto, :ruby or :hiredis"
         end
       end
 
@@ -87,9 +87,13 @@ module Herald
       def initialize(url: ENV.fetch("REDIS_URL", DEFAULT_URL), namespace: "herald", pool: DEFAULT_POOL,
         max_backlog_size: DEFAULT_MAX_BACKLOG_SIZE, max_backlog_age: DEFAULT_MAX_BACKLOG_AGE,
         max_global_backlog_size: DEFAULT_MAX_GLOBAL_BACKLOG_SIZE, on_reset: nil, backlog_cache: true, connect_timeout: 1.0,
-        timeout: 1.0, driver: :auto)
-        Store.validate_retention!(max_backlog_size, max_backlog_age)
-        raise ArgumentError, "timeout must be a positive number of seconds, got #{timeout.inspect}" unless timeout.is_a?(Numeric) && timeout > 0
+        timeout: 1.0, driver: :auto, max_payload_bytes: Limits::MAX_PAYLOAD_BYTES)
+        Limits.validate_retention!(max_backlog_size, max_backlog_age, error: InvalidArgumentError)
+        Limits.validate_seconds!(:timeout, timeout)
+        Limits.validate_seconds!(:connect_timeout, connect_timeout)
+        # A record (Store::Packed: the data and 45 bytes, channel, site id, targets) is one Redis string and
+        # one script argument: both end at 512 MB, well above any record Limits lets through.
+        @max_payload_bytes = Limits.validate_max_payload!(max_payload_bytes)
         @url = url
         @driver = Redis.driver(driver)
         # `timeout` bounds every command's wait for its reply (a stalled server raises Herald::TimeoutError).
@@ -120,19 +124,22 @@ module Herald
 
       def append(channel, payload, codec:, created_at: nil, user_ids: nil, group_ids: nil, client_ids: nil,
         site_id: nil, max_backlog_size: nil, max_backlog_age: nil)
-        Store.validate_retention!(max_backlog_size, max_backlog_age)
+        Limits.validate_append!(channel, site_id, payload, @max_payload_bytes, created_at)
+        Limits.validate_retention!(max_backlog_size, max_backlog_age) if max_backlog_size || max_backlog_age
+        targets = Limits.pack_targets(user_ids, group_ids, client_ids) # before `request` remembers the retention
         raise ClosedError, "store is closed" if @closed
-        created_at ||= Process.clock_gettime(Process::CLOCK_REALTIME)
-        gid, mid = @batcher.call(request(channel, payload, codec, created_at, user_ids, group_ids, client_ids,
-          site_id, max_backlog_size, max_backlog_age))
+        created_at = created_at&.to_f || Process.clock_gettime(Process::CLOCK_REALTIME)
+        gid, mid = @batcher.call(request(channel, payload, codec, created_at, targets, site_id, max_backlog_size, max_backlog_age))
         Herald::Message.build(gid, mid, channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id)
       end
 
       def last_id(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
         read { |r| r.call_v(["HGET", @ids_key, Store.channel_key(channel, site_id)]) }.to_i
       end
 
       def last_ids(channels, site_id: nil)
+        Limits.validate_keys!(channels, site_id)
         return {} if channels.empty?
         ids = read { |r| r.call_v(["HMGET", @ids_key, *channels.map { |c| Store.channel_key(c, site_id) }]) }
         channels.each_with_index.to_h { |c, i| [c, ids[i].to_i] }
@@ -146,6 +153,8 @@ module Herald
 
       # Newest first, at most the channel's size (trimming is batched), then put back in order.
       def backlog(channel, last_id = 0, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        Limits.validate_id!(:last_id, last_id)
         key = Store.channel_key(channel, site_id)
         size = @retention.for(key).first
         cached(key, last_id) do
@@ -158,6 +167,8 @@ module Herald
       # channels are skipped there). Expired records are left out after the read: with a limit, it reads
       # on past them, so a page is never short while live messages follow.
       def global_backlog(last_id = 0, limit: nil)
+        Limits.validate_id!(:last_id, last_id)
+        Limits.validate_limit!(limit)
         found = []
         loop do
           want = limit ? [limit - found.size, GLOBAL_PAGE].min : GLOBAL_PAGE
@@ -178,9 +189,9 @@ module Herald
       # Kept fresh by every append and read of the meta and by the listener's periodic check.
       def known_epoch = @epoch || epoch
 
-      def load_cursor(name)
+      def load_cursor(name, default: 0)
         raw = read { |r| r.call_v(["HGET", "#{@namespace}:cursors", name]) }
-        Store.parse_cursor(raw, name: name, where: "the Redis hash #{@namespace}:cursors")
+        Store.parse_cursor(raw, name: name, where: "the Redis hash #{@namespace}:cursors", default: default)
       end
 
       def save_cursor(name, global_id)
@@ -241,7 +252,7 @@ module Herald
       # (else nil); the four numbers are its retention (Scripts::APPEND). A batched trim leaves up to size/16 extra
       # records: when the size grows, they go first (trimmed exactly to the old size), or the larger size
       # would bring back what was already dropped.
-      def request(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_size, max_age)
+      def request(channel, payload, codec, created_at, targets, site_id, max_size, max_age)
         key = Store.channel_key(channel, site_id)
         before = @retention.for(key).first
         size, age = @retention.for(key, max_size, max_age)
@@ -249,7 +260,7 @@ module Herald
         now = Process.clock_gettime(Process::CLOCK_REALTIME)
         checked = @checked[key]
         kept = (checked.nil? || now + age > checked) ? now + (ttl + [ttl / 16, 60_000].min / 2.0) / 1000.0 : nil
-        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, user_ids, group_ids, client_ids)
+        tail = Packed.tail(channel, payload, codec, created_at, age, site_id, targets)
         [key, tail, kept, size, kept ? ttl : -ttl, (before == size) ? size / 16 : 0, (before < size) ? before : 0]
       end
 

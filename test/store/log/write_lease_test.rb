@@ -203,7 +203,7 @@ class LogWriteLeaseTest < Minitest::Test
 
   def test_lock_timeout_must_be_a_positive_number
     [0, -1, "5", nil].each do |bad|
-      assert_raises(ArgumentError, bad.inspect) { Herald::Store::Log.new(dir: @dir, lock_timeout: bad) }
+      assert_raises(Herald::InvalidArgumentError, bad.inspect) { Herald::Store::Log.new(dir: @dir, lock_timeout: bad) }
     end
   end
 

@@ -97,8 +97,13 @@ module Herald
         value.is_a?(String) ? "#{text} [#{value.encoding}, #{value.bytesize} B]" : text
       end
 
-      # Both raised the same error class, or neither raised: true when both returned.
+      # Both raised the same error class, or neither raised: true when both returned. Whatever the public API
+      # raises must be a Herald::Error (issue 23: RangeError, ArgumentError and comparison errors got out).
       def same_outcome?(what, expected, actual)
+        [expected, actual].each do |result|
+          next unless result[0] == :error && !result[1].is_a?(Herald::Error)
+          fail!("#{what}: #{result.equal?(expected) ? "oracle" : "subject"} raised outside Herald::Error: #{outcome(result)}")
+        end
         if expected[0] == :error || actual[0] == :error
           return false if expected[0] == actual[0] && expected[1].instance_of?(actual[1].class)
           fail!("#{what}: oracle #{outcome(expected)}, subject #{outcome(actual)}")

@@ -44,7 +44,7 @@ module Herald
         return @slashless unless @slashless.nil?
         @slashless = begin
           Bus.new(store: Store::Memory.new).publish("model", 1).positive?
-        rescue ArgumentError
+        rescue Herald::Error
           false
         end
       end
@@ -56,8 +56,11 @@ module Herald
         config = Random.new(seed ^ 0x5eed)
         @size = [3, 8, 20, 60, 1000][config.rand(5)]
         @segment_bytes = [4096, 65_536, 1 << 20, 64 << 20][config.rand(4)]
-        @generator = Generator.new(seed, slashless: Runner.slashless?)
-        @subject_def = Subject.new(store_name, max_backlog_size: @size, segment_bytes: @segment_bytes)
+        # Half the seeds give both stores a low max_payload_bytes, and publish data at it and one byte over.
+        max = Store::Limits::MAX_PAYLOAD_BYTES
+        @payload_limit = [max, max, 4096 + config.rand(64), 65_536, 1 << 20][config.rand(5)]
+        @generator = Generator.new(seed, slashless: Runner.slashless?, payload_limit: @payload_limit)
+        @subject_def = Subject.new(store_name, max_backlog_size: @size, segment_bytes: @segment_bytes, max_payload_bytes: @payload_limit)
         @published = {} # global id => Published (from the oracle)
         @by_key = {} # [channel, site_id] => [Published]
         @ages = {} # key => its max_backlog_age
@@ -73,7 +76,7 @@ module Herald
       end
 
       def run
-        @oracle = Side.new(Store::Memory.new(max_backlog_size: @size))
+        @oracle = Side.new(Store::Memory.new(max_backlog_size: @size, max_payload_bytes: @payload_limit))
         @subject = Side.new(@subject_def.build)
         @ops.times do |i|
           @index = i
@@ -109,7 +112,7 @@ module Herald
         errors = [@oracle, @subject].compact.flat_map(&:errors)
         detail = "#{detail}\n  (bus dispatchers reported: #{errors.first(3).join("; ")})" unless errors.empty?
         raise Mismatch, "model: #{@store_name} differs from the oracle (seed #{@seed}, operation #{@index + 1} of #{@ops}, " \
-          "max_backlog_size #{@size}, segment_bytes #{@segment_bytes})\n  operation: #{describe_op(@op)}\n  #{detail}\n" \
+          "max_backlog_size #{@size}, segment_bytes #{@segment_bytes}, max_payload_bytes #{@payload_limit})\n  operation: #{describe_op(@op)}\n  #{detail}\n" \
           "  replay: #{replay_command}"
       end
 

@@ -115,6 +115,74 @@ module Herald
         end
       end
 
+      # A log directory wiped and recreated by another process, which publishes into the new one, while this
+      # process holds the store open with readers: a subscription on every channel, a watcher and a waiter.
+      # The subject must notice (a new epoch), its readers must be given the new directory's messages, and
+      # from then on it must answer as a new oracle that saw only those publishes. Other stores: the
+      # publishes only (a reset of Redis or PostgreSQL is another test's).
+      def run_replace_dir(op)
+        finish_all
+        return op[:publishes].each { |p| run_publish(p) } unless @subject_def.log?
+        store = @subject.store
+        old_epoch = store.known_epoch
+        readers = open_readers(store)
+        results = in_child do
+          FileUtils.rm_rf(store.dir)
+          side = Side.new(@subject_def.build)
+          op[:publishes].map { |p| child_result(publish_on(side, p, publish_args(p))) }.tap { side.close }
+        end
+        renew_oracle
+        expected = op[:publishes].zip(results).filter_map do |p, (status, *detail)|
+          args = publish_args(p)
+          t0 = now
+          outcome = publish_on(@oracle, p, args)
+          fail!("publish into the new directory: oracle #{outcome(outcome)}, subject #{status} #{detail.inspect}") unless status == outcome[0]
+          next if status == :error
+          record(outcome[1], args, t0, now)
+          fail!("publish into the new directory: oracle ids #{outcome[1].global_id}/#{outcome[1].message_id}, subject #{detail.inspect}") unless detail == [outcome[1].global_id, outcome[1].message_id]
+          outcome[1]
+        end
+        check_readers(store, old_epoch, readers, expected)
+        check_all("after the directory was replaced")
+      end
+
+      def open_readers(store)
+        readers = {got: [], lock: Mutex.new, watched: 0}
+        readers[:sub] = @subject.bus(:msgpack).subscribe { |m| readers[:lock].synchronize { readers[:got] << m } }
+        readers[:watch] = store.watch { readers[:lock].synchronize { readers[:watched] += 1 } }
+        from = store.last_global_id
+        readers[:waiter] = Thread.new { store.wait(from, timeout: FENCE_TIMEOUT) }
+        sleep 0.3 # the subscription goes live on the dispatcher's next round (Bus::WAIT_SLICE)
+        readers
+      end
+
+      # The oracle of a store that was wiped: a new Memory store, and nothing published before.
+      def renew_oracle
+        @oracle.close
+        @oracle = Side.new(Store::Memory.new(max_backlog_size: @size, max_payload_bytes: @payload_limit))
+        @published = {}
+        @by_key = {}
+        @ages = {}
+        @max_sizes = Hash.new(@size)
+      end
+
+      def check_readers(store, old_epoch, readers, expected)
+        deadline = now + FENCE_TIMEOUT
+        sleep 0.01 until store.known_epoch != old_epoch || now > deadline
+        fail!("the subject kept epoch #{old_epoch} for #{FENCE_TIMEOUT}s after its directory was replaced") if store.known_epoch == old_epoch
+        sleep 0.01 until readers[:lock].synchronize { readers[:got].size >= expected.size } || now > deadline
+        got = readers[:lock].synchronize { readers[:got].dup }
+        unless got.map(&:global_id) == expected.map(&:global_id)
+          fail!("a subscription open across the replacement delivered #{ids(got)}, the new directory holds #{ids(expected)}")
+        end
+        got.zip(expected).each { |m, e| compare_message("delivery after the replacement", e, m) }
+        fail!("a waiter in Store#wait was not woken by the replacement") unless readers[:waiter].join(FENCE_TIMEOUT)
+        fail!("a watcher was not called by the replacement") if readers[:lock].synchronize { readers[:watched] }.zero?
+      ensure
+        readers[:sub].unsubscribe
+        readers[:watch].cancel
+      end
+
       def child_result(result) = (result[0] == :ok) ? [:ok, result[1].global_id, result[1].message_id] : [:error, result[1].class.name, result[1].message]
 
       def in_child

@@ -25,12 +25,13 @@ module Herald
         false
       end
 
-      # options: max_backlog_size (the same for the oracle), segment_bytes (Log).
-      def initialize(name, max_backlog_size:, segment_bytes:)
+      # options: max_backlog_size and max_payload_bytes (the same for the oracle), segment_bytes (Log).
+      def initialize(name, max_backlog_size:, segment_bytes:, max_payload_bytes: Store::Limits::MAX_PAYLOAD_BYTES)
         raise ArgumentError, "Unknown store #{name.inspect}, expected one of #{NAMES.inspect}" unless NAMES.include?(name)
         @name = name
         @size = max_backlog_size
         @segment_bytes = segment_bytes
+        @max_payload_bytes = max_payload_bytes
         @dir = Dir.mktmpdir("herald-model") if log?
         @id = "m#{SecureRandom.hex(5)}"
       end
@@ -44,15 +45,16 @@ module Herald
 
       def build
         case @name
-        when "memory" then Store::Memory.new(max_backlog_size: @size)
+        when "memory" then Store::Memory.new(max_backlog_size: @size, max_payload_bytes: @max_payload_bytes)
         when "redis"
           # The global set's own cap (max_global_backlog_size, 10,000 by default) is raised: the model compares
           # global backlogs, and Memory has no such cap. The cap is tested in test/store/redis_test.rb.
           Store::Redis.new(url: TestServers.redis_url, namespace: @id, max_backlog_size: @size,
-            max_global_backlog_size: 10**9, on_reset: ->(*) {})
-        when "postgres" then Store::Postgres.new(url: TestServers.postgres_url, table: @id, max_backlog_size: @size)
+            max_global_backlog_size: 10**9, on_reset: ->(*) {}, max_payload_bytes: @max_payload_bytes)
+        when "postgres"
+          Store::Postgres.new(url: TestServers.postgres_url, table: @id, max_backlog_size: @size, max_payload_bytes: @max_payload_bytes)
         else Store::Log.new(dir: @dir, fsync: @name.delete_prefix("log_").to_sym, segment_bytes: @segment_bytes,
-          max_backlog_size: @size)
+          max_backlog_size: @size, max_payload_bytes: @max_payload_bytes)
         end
       end
 

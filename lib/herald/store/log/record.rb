@@ -39,6 +39,9 @@ module Herald
         CONSTANT_LAYOUT = "@0L<L<Q<Q<a*Ea*a*x"
         CONSTANT_SIZE = 36
         # A length beyond this is damage, not a record (records this big do not belong on a message bus).
+        # Publish refuses data over Limits::MAX_PAYLOAD_BYTES (240 MiB) and targets over MAX_TARGETS_BYTES
+        # (8 MiB), and channel and site id are shorter than 64 KiB each, so every record written fits
+        # (test/store/log/record_test.rb checks the sum). Never lowered: logs written before must still read.
         MAX_PAYLOAD = 256 * 1024 * 1024
         RETENTION = "L<E"
         FLAGS_AT = FRAME_SIZE + 17
@@ -63,7 +66,7 @@ module Herald
           channel_bytes = channel.bytesize
           site_bytes = site.bytesize
           targets_bytes = targets.bytesize
-          raise ArgumentError, "channel and site_id must be shorter than 64 KiB" if channel_bytes > 0xffff || site_bytes > 0xffff
+          raise InvalidMessageError, "channel and site_id must be shorter than 64 KiB" if channel_bytes > 0xffff || site_bytes > 0xffff
           length = HEADER_SIZE + channel_bytes + site_bytes + targets_bytes + payload.bytesize
           flags = ((max_size || max_age) ? HAS_RETENTION : 0) | (site_id ? HAS_SITE : 0)
           short_targets = (targets_bytes < 0xffff) ? targets_bytes : 0xffff # 0xffff: read the u32 field
@@ -77,7 +80,7 @@ module Herald
         # the next (same codec and retention), packed once and kept by the channel (Log#append): the codec and
         # lengths word with the targets length, and the retention with the channel. => [head, tail]
         def constant_parts(channel, codec_id, max_size, max_age)
-          raise ArgumentError, "channel and site_id must be shorter than 64 KiB" if channel.bytesize > 0xffff
+          raise InvalidMessageError, "channel and site_id must be shorter than 64 KiB" if channel.bytesize > 0xffff
           word = codec_id | (((max_size || max_age) ? HAS_RETENTION : 0) << 8) | (channel.bytesize << 16)
           [[word, 0].pack("Q<L<").freeze, [max_size || 0, max_age || 0.0, channel].pack("L<Ea*").freeze]
         end

@@ -39,7 +39,7 @@ module Herald
           @corrupt_records = []
           @directory = Directory.new(@dir)
           @write_lock = @directory.writable ? @directory.open_lock : nil
-          @reservation = @write_lock && Reservation.new(@directory)
+          @reservation = nil # (Reservation.new takes the OPEN flock: after the unlocked read, see recover_or_let_go)
           @channel_floor = 0
           start_write_lease
         end
@@ -75,26 +75,76 @@ module Herald
 
         # A log that cannot be opened (a damaged META) lets go of its files, the OPEN lock above all: held by
         # a forgotten descriptor, it would keep the next open waiting.
+        #
+        # What is in the directory is read before the write lock is taken (read_unlocked): reading every
+        # record of a big log took seconds (4.3 s for 500,000 records), and under the lock every other
+        # process's publishes waited that long, or gave up after lock_timeout naming the opener as a hung
+        # process. Under the lock, only what was appended since (the tail) is read, the tail's damage cut,
+        # and the side files written. So is the OPEN flock (Reservation) taken only then: held during the
+        # read, it kept every other opener waiting too.
         def recover_or_let_go
-          @write_lock ? locked { recover } : recover
+          return recover unless @write_lock
+          read = read_unlocked
+          @reservation = Reservation.new(@directory)
+          locked { recover(read) }
         rescue
           [*@segments, @write_lock, @reservation].each { |f| f&.close }
           raise
         end
 
-        def recover
+        def recover(read = nil)
           ids = @directory.segment_ids
           load_meta(ids)
-          state = load_state(ids.first)
-          @index.restore(state) if state
+          read = forget_read unless read && read == [@epoch, side_identity("STATE")] && (@segments.map(&:first_id) - ids).empty?
+          unless read # (what read_unlocked read from STATE still holds)
+            state = load_state(ids.first)
+            @index.restore(state) if state
+          end
+          known = @segments.to_h { |segment| [segment.first_id, segment] }
           ids.each_with_index do |id, i|
-            segment = add_segment(id)
+            segment = known[id] || add_segment(id)
             next if read_segment(segment)
             (i == ids.size - 1) ? cut_tail(segment) : corrupt(segment, segment.size)
           end
           load_reservation(rebuild_state: state == false)
           add_segment(@index.last_global_id + 1, create: true) if @segments.empty? && @write_lock
           @directory.fsync_dir if @write_lock
+        end
+
+        # Reads STATE and every segment as they are, without the write lock, nothing judged or written (a
+        # partial record at the end may be one being written). => [epoch, STATE's identity] for recover to
+        # check under the lock; nil when there is nothing to read this way (a new log, no META, a damaged or
+        # missing side file: recover does it all, under the lock, as before).
+        def read_unlocked
+          meta = @directory.read_json("META") or return nil
+          ids = @directory.segment_ids
+          identity = side_identity("STATE")
+          state = @directory.read_json("STATE")
+          return nil if state.nil? && (ids.first || 1) != 1
+          @segment_bytes = meta.fetch("segment_bytes")
+          @index.restore(state) if state
+          ids.each { |id| read_segment(add_segment(id)) }
+          [meta.fetch("epoch"), identity]
+        rescue CorruptStoreError, SystemCallError
+          forget_read
+        end
+
+        # What read_unlocked read, dropped: STATE changed meanwhile (a writer deleted old segments), or META
+        # (another directory). => nil
+        def forget_read
+          @segments.each(&:close)
+          @segments = []
+          @index = Index.new(max_size: @max_backlog_size, max_age: @max_backlog_age)
+          @corrupt_records = []
+          nil
+        end
+
+        # A side file's inode and change time (it is replaced by a rename whenever it is written); nil when missing.
+        def side_identity(name)
+          stat = File.stat(@directory.join(name))
+          [stat.ino, stat.ctime.tv_sec, stat.ctime.tv_nsec]
+        rescue SystemCallError
+          nil
         end
 
         def load_meta(segment_ids)

@@ -61,6 +61,7 @@ module Herald
           old_epoch = (@replaced_from ||= @epoch) # kept until a reopen succeeds (retried at the next look)
           let_go_of_directory
           open_directory
+          @reservation = @write_lock && Reservation.new(@directory)
           if @write_lock
             locked do
               recover

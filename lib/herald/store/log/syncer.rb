@@ -16,7 +16,7 @@ module Herald
         attr_reader :mode, :failure
 
         def initialize(mode, &current_segment)
-          raise ArgumentError, "Unknown fsync mode #{mode.inspect}, expected one of #{MODES.inspect}" unless MODES.include?(mode)
+          raise InvalidArgumentError, "Unknown fsync mode #{mode.inspect}, expected one of #{MODES.inspect}" unless MODES.include?(mode)
           @mode = mode
           @current_segment = current_segment
           @written = 0 # how many writes so far (read by the interval thread)
