@@ -105,7 +105,7 @@ class CodecTest < Minitest::Test
     assert_equal 2, calls.size
     assert_equal({"at" => Time.at(0)}, calls.first)
     calls.clear
-    ["a\xFFb", "é".b].each { |bad| assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode({"t" => bad}) } }
+    ["a\xFFb", *("é".b if JSON3)].each { |bad| assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode({"t" => bad}) } }
     assert_empty calls, "bad text is refused, not handed to the fallback"
     error = assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode(1..2) }
     assert_match(/not JSON text/, error.message)
