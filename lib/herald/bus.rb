@@ -32,6 +32,7 @@ module Herald
       @closed = false
       @valid_names = {} # channel => its name as stored (UTF-8, frozen): the channels checked so far
       @epoch = nil # the store's epoch the dispatcher's cursor belongs to
+      @last_read = nil # the last message the dispatcher read (restart: is it still there after a reset?)
     end
 
     # Returns the message's per-channel id, as message_bus does. (Keywords spelled out: forwarding
@@ -215,10 +216,11 @@ module Herald
       begin
         @epoch ||= @store.known_epoch
         cursor ||= @store.last_global_id
+        @last_read ||= @store.global_backlog(cursor - 1, limit: 1).first if cursor > 0 # what `restart` looks for
         until @closed
           activate_pending
           @store.wait(cursor, timeout: WAIT_SLICE)
-          cursor = (@store.known_epoch == @epoch) ? dispatch_after(cursor) : restart
+          cursor = (@store.known_epoch == @epoch) ? dispatch_after(cursor) : restart(cursor)
         end
       rescue ClosedError
         nil
@@ -243,13 +245,27 @@ module Herald
       end
     end
 
-    # The store was reset: every subscription starts again from the new epoch's first message. The cursor
-    # ends at least at the last id read before (a floor with no message under it would wake `wait` at once).
-    def restart
+    # The store was reset (its epoch changed). What is new to the subscriptions depends on where its ids went:
+    # - above the cursor (a flushed Redis keeps a watermark: ids restart above the old ones), or the last
+    #   message read is still there (the epoch changed again, two processes noticing one flush): read on after
+    #   the cursor; starting over would deliver again what was read after the reset, before it was noticed;
+    # - below it (a replaced log directory; a Redis restarted empty, then written by a process that never saw
+    #   the old ids): what the store holds is new, and every subscription starts from its first message;
+    # - nowhere yet (nothing stored since): decided once something is (the epoch is left as it was).
+    def restart(cursor)
+      first = @store.global_backlog(0, limit: 1).first
+      return [cursor, @store.last_global_id].max unless first # (a floor with no message under it: no spin)
       @epoch = @store.known_epoch
-      @lock.synchronize { @subscriptions.each(&:restart) }
+      return dispatch_after(cursor) if first.global_id > cursor || still_there?(@last_read)
       floor = @store.last_global_id
+      @lock.synchronize { @subscriptions.each(&:restart) }
       [dispatch_after(0), floor].max
+    end
+
+    def still_there?(msg)
+      return false unless msg
+      now = @store.global_backlog(msg.global_id - 1, limit: 1).first
+      now == msg && now.created_at == msg.created_at
     end
 
     # Reads after `cursor` and delivers; a batch read while the epoch changed is left to `restart`.
@@ -261,7 +277,8 @@ module Herald
         batch.each do |msg|
           subs.each { |sub| safely(msg) { sub.deliver(msg) } }
         end
-        cursor = batch.last.global_id
+        @last_read = batch.last
+        cursor = @last_read.global_id
       end
     end
 

@@ -89,7 +89,20 @@ module Herald
       else
         puma.add_tcp_listener(host, port, true, 1024)
       end
+      puma.binder.ios.each { |listener| listener.extend(ClosedListener) }
       puma
+    end
+
+    # Puma (6.6) writes a reply on a busy pool only after asking the request's listener whether a connection
+    # waits (`client.listener.to_io.wait_readable(0)`); its graceful stop closes the listeners while requests
+    # are still being answered, and the IOError lost the reply of a request that had run (a publish
+    # acknowledged to nobody). A closed listener has no connection waiting.
+    module ClosedListener
+      def wait_readable(*)
+        super
+      rescue IOError
+        nil
+      end
     end
 
     # A listening socket with SO_REUSEPORT: several processes bind the same port and the kernel spreads new

@@ -48,7 +48,7 @@ module Herald
   #     reader loops end instead of spinning. (Log also returns when it found its directory replaced.)
   #
   # Durable readers (cursors and leases, for deferred subscribers)
-  #   load_cursor(name) => Integer (0 when never saved); save_cursor(name, global_id)
+  #   load_cursor(name, default: 0) => Integer (`default` when never saved); save_cursor(name, global_id)
   #     A damaged cursor raises CorruptCursorError (never reads as 0); save_cursor takes an Integer >= 0.
   #   lease(name) => a Lease (#release) when this process now owns `name`, nil when another owner has it.
   #     A lease held by a process that dies is freed (flock, advisory lock, key TTL).
@@ -110,11 +110,11 @@ module Herald
 
     # A cursor as a network store returns it (nil when never saved). Anything but digits is damage, never
     # read as 0: that would run every retained event again.
-    def self.parse_cursor(raw, name:, where:)
-      return 0 if raw.nil?
+    def self.parse_cursor(raw, name:, where:, default: 0)
+      return default if raw.nil?
       return Integer(raw.to_s, 10) if raw.is_a?(Integer) ? raw >= 0 : raw.to_s.match?(/\A\d{1,19}\z/)
       raise CorruptCursorError.new("the cursor of #{name} in #{where} is damaged (#{raw.to_s[0, 40].inspect}): " \
-        "write the last global id it is done with there, or delete it to start from the oldest retained event", name: name)
+        "write the last global id it is done with there, or delete it to start afresh, as a new subscriber does", name: name)
     end
 
     # Kept for callers from before Store::Limits: the same check.

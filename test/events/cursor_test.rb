@@ -90,7 +90,7 @@ class CursorTest < Minitest::Test
     fine = []
     errors = Queue.new
     b = define_subscriber("Broken", "/events/n", deferred: true) { |e, _m| broken << e.n }
-    f = define_subscriber("Fine", "/events/n", deferred: true) { |e, _m| fine << e.n }
+    f = define_subscriber("Fine", "/events/n", deferred: true, start: :oldest) { |e, _m| fine << e.n }
     pool = nil
     log = capture_log do
       pool = Herald::Events::WorkerPool.new(store: store, subscribers: [b, f], threads: 1,

@@ -34,7 +34,7 @@ module EventDataTests
   def test_json_and_msgpack_messages_reach_a_deferred_channel_subscriber_byte_for_byte
     use_store(new_store)
     got = Queue.new
-    define_subscriber("Chan", CHANNEL, deferred: true) { |e, m| got << [e, m.codec.name] }
+    define_subscriber("Chan", CHANNEL, deferred: true, start: :oldest) { |e, m| got << [e, m.codec.name] }
     json = Herald::Bus.new(store: Herald.bus.store, codec: :json)
     msgpack = Herald::Bus.new(store: Herald.bus.store, codec: :msgpack)
     sent = TEXTS.map { |t| [{"text" => t, "ü" => [t]}, :json] } + BINARY.map { |b| [{"blob" => b}, :msgpack] }
@@ -51,7 +51,7 @@ module EventDataTests
     use_store(new_store)
     json = Herald::Bus.new(store: Herald.bus.store, codec: :json)
     msgpack = Herald::Bus.new(store: Herald.bus.store, codec: :msgpack)
-    define_subscriber("Drop", CHANNEL, deferred: true) { |_e, _m| raise REFUSED }
+    define_subscriber("Drop", CHANNEL, deferred: true, start: :oldest) { |_e, _m| raise REFUSED }
     capture_log do |io|
       TEXTS.each { |t| json.publish(CHANNEL, {"text" => t}) }
       BINARY.each { |b| msgpack.publish(CHANNEL, [b, "ü"]) }

@@ -31,12 +31,13 @@ module Herald
     def log_store(dir = File.join(@tmp, "log"), fsync: :never) = Store::Log.new(dir: dir, fsync: fsync)
 
     # A named subscriber class, built per test so the process-wide registry holds only this test's ones.
-    def define_subscriber(name, *targets, deferred: false, retry_on: nil, &call)
+    # start: :oldest for a deferred one that must see what was published before its workers started.
+    def define_subscriber(name, *targets, deferred: false, start: :now, retry_on: nil, &call)
       klass = Class.new { include Herald::Subscriber }
       klass.subscriber_name(name)
       klass.define_method(:call, &call)
       klass.retry_on(StandardError, **retry_on) if retry_on
-      klass.deferred if deferred
+      klass.deferred(start: start) if deferred
       klass.subscribe_to(*targets)
       klass
     end

@@ -179,7 +179,7 @@ class WorkerPoolTest < Minitest::Test
     files.each do |name, path|
       f = File.open(path, "a")
       f.sync = true
-      define_subscriber(name, Numbered, deferred: true) do |e, _m|
+      define_subscriber(name, Numbered, deferred: true, start: :oldest) do |e, _m|
         f.write("#{e.n}\n")
       end
     end
@@ -201,7 +201,7 @@ class WorkerPoolTest < Minitest::Test
     f = File.open(log, "a")
     f.sync = true
     done = false
-    define_subscriber("Slow", Numbered, deferred: true) do |e, _m|
+    define_subscriber("Slow", Numbered, deferred: true, start: :oldest) do |e, _m|
       f.write("start #{e.n}\n")
       sleep seconds
       f.write("done #{e.n}\n")
@@ -227,7 +227,7 @@ class WorkerPoolTest < Minitest::Test
     Herald.configure { |c| c.store = Herald::Store::Log.new(dir: dir, fsync: :never) }
     f = File.open(out, "a")
     f.sync = true
-    define_subscriber("Once", Numbered, deferred: true) do |e, _m|
+    define_subscriber("Once", Numbered, deferred: true, start: :oldest) do |e, _m|
       f.write("#{Process.pid} #{e.n}\n")
       sleep 0.0003
     end

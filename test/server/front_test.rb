@@ -137,18 +137,29 @@ class FrontTest < Minitest::Test
     assert_equal [200, "ab\0🎉".b], [status, body.b]
   end
 
+  # RFC 9110 10.1.1: a server MUST ignore a 100-continue expectation in an HTTP/1.0 request.
+  def test_no_100_continue_for_http_1_0
+    socket = connect
+    socket.write("POST /echo HTTP/1.0\r\nExpect: 100-continue\r\nContent-Length: 2\r\n\r\n")
+    assert_nil socket.wait_readable(0.3), "an HTTP/1.0 client was sent 100 Continue"
+    socket.write("ok")
+    status, _, body = read_replies(socket, 1).first
+    assert_equal [200, "ok"], [status, body]
+  end
+
   # The status Puma's parser limits map to, and what the front end refuses itself; never a 5xx.
   def test_limits_and_malformed_requests
     {
       "GET /#{"a" * 9000} HTTP/1.1\r\n\r\n" => 414,
       "GET / HTTP/1.1\r\nX: #{"a" * 90_000}\r\n\r\n" => 431,
-      "POST /echo HTTP/1.1\r\nContent-Length: 1001\r\n\r\n" => 413,
-      "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n" => 413,
-      "POST /echo HTTP/1.1\r\nTransfer-Encoding: gzip\r\n\r\n" => 501,
-      "POST /echo HTTP/1.1\r\nContent-Length: -1\r\n\r\n" => 400,
-      "POST /echo HTTP/1.1\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n" => 400,
-      "POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" => 400,
-      "GET / HTTP/1.1\r\nBad Header\r\n\r\n" => 400,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n" => 413,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n3e9\r\n" => 413,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n" => 501, # RFC 9112 6.1
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip\r\n\r\n" => 400, # RFC 9112 6.3: chunked not final
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: -1\r\n\r\n" => 400,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n" => 400,
+      "POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n" => 400,
+      "GET / HTTP/1.1\r\nHost: x\r\nBad Header\r\n\r\n" => 400,
       "\r\n\r\n" => 400
     }.each do |request, expected|
       socket = connect
@@ -180,6 +191,28 @@ class FrontTest < Minitest::Test
     assert idle.wait_readable(3)
     assert_nil idle.read_nonblock(1, exception: false)
     assert_operator now - started, :<, 3
+  end
+
+  # A graceful stop: the request the pool holds is answered (`connection: close`) before the loop ends, an
+  # idle keep-alive connection gets a FIN (no reset), a request sent after the stop began is not run, and
+  # new connections are refused.
+  def test_stop_answers_what_the_pool_holds_and_ends_the_rest_cleanly
+    slow = connect
+    slow.write("GET /slow HTTP/1.1\r\nHost: x\r\n\r\n")
+    idle = connect
+    idle.write("GET /nope HTTP/1.1\r\nHost: x\r\n\r\n")
+    assert_equal 404, read_replies(idle, 1).first.first
+    eventually { @gate.num_waiting == 1 }
+    stopper = Thread.new { @front.stop(grace: 5) }
+    eventually { idle.wait_readable(0) }
+    assert_nil idle.read_nonblock(1, exception: false), "the idle connection is ended with a FIN"
+    idle.write("GET /echo HTTP/1.1\r\nHost: x\r\n\r\n") # too late: read and dropped, never run
+    assert_raises(Errno::ECONNREFUSED) { TCPSocket.new("127.0.0.1", @front.port) }
+    assert stopper.alive?, "the stop waits for the pool's request"
+    @gate << "finished"
+    status, headers, body = read_replies(slow, 1).first
+    assert_equal [200, "close", "finished"], [status, headers["connection"], body]
+    assert stopper.join(5), "the stop returns once the reply is written"
   end
 
   def test_the_rack_env

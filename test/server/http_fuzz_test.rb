@@ -6,6 +6,7 @@ require "securerandom"
 require "uri"
 require_relative "../support/spawned_server"
 require_relative "../support/http_fuzz/runner"
+require_relative "../support/http_fuzz/framing"
 
 # Random well-formed and malformed HTTP requests against a running `herald server` (a real process):
 # bodies (form, JSON, MessagePack, garbage; invalid UTF-8, huge, empty), headers, content types, client
@@ -66,6 +67,23 @@ class HTTPFuzzTest < Minitest::Test
     refute_match(/ERROR|FATAL/, @server.output, "the server logged an error")
   end
 
+  # RFC 9112 framing, case by case (test/support/http_fuzz/framing.rb: the section of each in its name),
+  # each sent whole and again in random pieces, with a request pipelined behind it: the replies expected,
+  # and after a refusal the connection closed (never a reset, never the request behind it answered).
+  def test_rfc_9112_framing_cases
+    random = Random.new(@seed)
+    cases = Herald::HttpFuzz::Framing::CASES
+    wrong = cases.product([nil, random]).filter_map do |c, pieces|
+      got = Herald::HttpFuzz::Framing.exchange("127.0.0.1", @server.port, c, random: pieces)
+      expected = {statuses: c.replies, closed: c.refused? || c.replies.size == 1}
+      next if got == expected
+      "#{c.name} (#{pieces ? "in pieces" : "whole"}): expected #{expected}, got #{got}\n    #{c.bytes.inspect}"
+    end
+    refused = cases.count(&:refused?)
+    puts "\nRFC 9112 framing: SEED=#{@seed} #{cases.size} cases (#{cases.size - refused} served, #{refused} refused) x 2 deliveries: #{wrong.size} wrong"
+    assert_empty wrong, "SEED=#{@seed}\n#{wrong.join("\n")}"
+  end
+
   private
 
   def replay_one(index)
@@ -115,8 +133,8 @@ class HTTPFuzzTest < Minitest::Test
   def report(result, started, fds, end_fds, rss, end_rss)
     statuses = result.statuses.sort.map { |s, n| "#{s}: #{n}" }.join(", ")
     puts "\nhttp fuzz: SEED=#{@seed} cases=#{result.sent} in #{(now - started).round(1)}s; " \
-      "5xx other than 501: #{result.statuses.sum { |s, n| (s >= 500 && s != 501) ? n : 0 }}; failures: #{result.failures.size}\n" \
-      "  statuses #{statuses}; 501 (unknown method/transfer coding): #{result.not_implemented}; " \
+      "5xx other than 501/505: #{result.statuses.sum { |s, n| (s >= 500 && !Herald::HttpFuzz::Runner::NOT_IMPLEMENTED.include?(s)) ? n : 0 }}; failures: #{result.failures.size}\n" \
+      "  statuses #{statuses}; 501/505 (unknown method, transfer coding, HTTP version): #{result.not_implemented}; " \
       "parked and walked away: #{result.silent_parks}; parked polls released by a publish: #{result.released}; huge requests reset before their reply: #{result.resets}; " \
       "closed unanswered once, answered when sent again: #{result.unanswered_once}\n" \
       "  fds #{fds} -> #{end_fds}; RSS #{rss / 1024} MiB -> #{end_rss / 1024} MiB (by quarter of the run: " \

@@ -55,7 +55,7 @@ class ServerErrorsTest < Minitest::Test
     if self.class::FRONT == :puma
       assert_match(/WARN -- : http server: a request Puma could not read was refused \(400\): NoMethodError: .*puma/, @log.string)
     else
-      assert_match(/DEBUG -- : http server: request refused \(400\): bad chunk size "ffffffffffffffffffff"/, @log.string)
+      assert_match(/DEBUG -- : http server: request refused \(400\): bad chunk line "ffffffffffffffffffff"/, @log.string)
     end
     assert_equal 200, request("GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").first
   end

@@ -222,6 +222,10 @@ module StoreContract
     @store.save_cursor("Sub", 42)
     assert_equal 42, @store.load_cursor("Sub")
     assert_equal 0, @store.load_cursor("Other")
+    # A new deferred subscriber tells "never saved" from a saved 0 (where it starts depends on it).
+    assert_nil @store.load_cursor("Other", default: nil)
+    @store.save_cursor("Zero", 0)
+    assert_equal 0, @store.load_cursor("Zero", default: nil)
   end
 
   def test_lease_is_exclusive_until_released

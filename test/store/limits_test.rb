@@ -89,6 +89,8 @@ module StoreLimitsTests
       rescue Herald::Error => e
         refused[e.class] += 1
         foreign << "#{name} with #{value.inspect}: #{e.class} without a message" if e.message.to_s.empty?
+        # What the argument was refused for, never a failure of the store reported for it (a StoreError).
+        foreign << "#{name} with #{value.inspect}: #{e.class}: #{e.message}" unless e.is_a?(Herald::InvalidArgumentError) || e.is_a?(Herald::EventEncodingError)
         stored = @store.last_global_id - before
         foreign << "#{name} with #{value.inspect} raised #{e.class} but stored #{stored}" if name.match?(/publish|append/) && stored != 0
       rescue Exception => e # standard:disable Lint/RescueException
@@ -199,5 +201,33 @@ class StoreLimitsLogTest < Minitest::Test
     reopened.close
   ensure
     FileUtils.rm_rf(dir) if dir
+  end
+end
+
+# The facade and publish_event go through the same checks: the issue's repros, through Herald.*.
+class StoreLimitsFacadeTest < Minitest::Test
+  def test_the_facade_raises_herald_errors_for_the_issues_repros
+    Herald.reset!
+    Herald.configure { |c| c.store = Herald::Store::Memory.new }
+    {
+      -> { Herald.publish("/c", 1, user_ids: [2**70]) } => Herald::InvalidMessageError,
+      -> { Herald.subscribe("/c", Float::INFINITY) {} } => Herald::InvalidArgumentError,
+      -> { Herald.backlog("/c", "3") } => Herald::InvalidArgumentError,
+      -> { Herald.publish("", 1) } => Herald::InvalidMessageError,
+      -> { Herald.publish(nil, 1) } => Herald::InvalidMessageError,
+      -> { Herald.publish("/c", 1, max_backlog_size: 0) } => Herald::InvalidMessageError,
+      -> { Herald.publish("/c", 1, max_backlog_age: -1) } => Herald::InvalidMessageError,
+      -> { Herald.publish("/c", 1, max_backlog_size: 2**32 + 2) } => Herald::InvalidMessageError,
+      -> { Herald.last_id(:c) } => Herald::InvalidArgumentError,
+      -> { Herald.global_backlog(0, limit: Float::NAN) } => Herald::InvalidArgumentError,
+      -> { Herald.publish_event({"n" => 2**70}, channel: "/events/c") } => Herald::EventEncodingError,
+      -> { Herald.publish_event({}, channel: "") } => Herald::InvalidMessageError
+    }.each do |call, error|
+      raised = assert_raises(error) { call.call }
+      refute_empty raised.message
+    end
+    assert_equal 0, Herald.bus.store.last_global_id, "nothing refused was stored"
+  ensure
+    Herald.reset!
   end
 end

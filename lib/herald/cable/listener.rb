@@ -33,7 +33,7 @@ module Herald
         @executor = executor
         @lock = Mutex.new
         @ready = ConditionVariable.new # signalled when the reader has its cursor
-        @cursor = nil
+        @cursor = nil # the reader's: the last global id read (nil until the store first answered)
         @subscribers = {} # channel => Subscribed
         @pending = [] # [channel, callback, on_success] waiting for the activator
         @wakeups = Thread::Queue.new
@@ -83,16 +83,17 @@ module Herald
 
       # After a failure the batch shrinks: a read of many large broadcasts that outlasts a networked store's
       # timeout every time would otherwise be tried forever.
+      # The cursor (@cursor, the last global id read) moves after each batch: a read that fails after earlier
+      # batches were delivered must not deliver them again.
       def read_loop
-        cursor = nil
         failures = 0
         limit = BATCH
         begin
-          cursor ||= @store.last_global_id
-          @lock.synchronize { @cursor = cursor.tap { @ready.broadcast } }
+          start = @cursor || @store.last_global_id
+          @lock.synchronize { @cursor = start.tap { @ready.broadcast } }
           until @stopped
-            @store.wait(cursor, timeout: WAIT_SLICE)
-            cursor = deliver_after(cursor, limit)
+            @store.wait(@cursor, timeout: WAIT_SLICE)
+            deliver_new(limit)
             failures = recovered(failures, "reading broadcasts")
             limit = BATCH
           end
@@ -105,12 +106,12 @@ module Herald
         end
       end
 
-      def deliver_after(cursor, limit)
+      def deliver_new(limit)
         loop do
-          batch = @store.global_backlog(cursor, limit: limit)
-          return cursor if batch.empty?
+          batch = @store.global_backlog(@cursor, limit: limit)
+          return if batch.empty?
           batch.each { |msg| deliver(msg) if Cable.channel?(msg.channel) }
-          cursor = batch.last.global_id
+          @cursor = batch.last.global_id
         end
       end
 

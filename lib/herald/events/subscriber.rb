@@ -7,6 +7,7 @@ module Herald
   #     include Herald::Subscriber
   #     subscribe_to UserRegistered          # an event class (and its subclasses), or a channel like "/orders"
   #     deferred                             # omit to run synchronously inside Herald.publish_event
+  #                                          # (`deferred start: :oldest` to begin with retained history)
   #     retry_on StandardError, attempts: 5  # deferred only: exponential backoff between attempts
   #     def call(event, message) = ...       # message: global_id, message_id, channel, created_at
   #   end
@@ -15,6 +16,11 @@ module Herald
   # gets one instance per process, called from one worker thread at a time, in log order: keep no
   # per-event state in instance variables. Its name (the class name, or `subscriber_name "..."`) names
   # its cursor, its lease and its dead-letter channel, so renaming the class starts it afresh.
+  #
+  # Where a deferred subscriber starts the first time it runs (no saved cursor yet): `start: :now` (the
+  # default) handles the events published from when its process started its workers on, none from before
+  # it existed; `start: :oldest` first handles every event the store still retains (a backfill). Once
+  # its cursor is saved, it always resumes after it.
   module Subscriber
     def self.included(base)
       base.extend(ClassMethods)
@@ -28,6 +34,7 @@ module Herald
       def delay(attempt) = [wait * (2**(attempt - 1)), max_wait].min
     end
     NO_RETRY = RetryPolicy.new([].freeze, 1, 0, 0).freeze
+    STARTS = %i[now oldest].freeze
 
     module ClassMethods
       def subscribe_to(*targets)
@@ -40,8 +47,10 @@ module Herald
         Events.registry.register(self)
       end
 
-      def deferred(value = true)
+      def deferred(value = true, start: :now)
+        raise SubscriberError, "#{self}: deferred start: must be one of #{STARTS.inspect}, got #{start.inspect}" unless STARTS.include?(start)
         @herald_deferred = value
+        @herald_start = start
         Events.registry.changed
       end
 
@@ -60,6 +69,9 @@ module Herald
       def herald_targets = @herald_targets || [].freeze
 
       def deferred? = @herald_deferred || false
+
+      # :now or :oldest: where a deferred subscriber with no saved cursor begins.
+      def herald_start = @herald_start || :now
 
       def retry_policy = @herald_retry || NO_RETRY
 

@@ -18,6 +18,10 @@ module Herald
     # A damaged cursor (CorruptCursorError) stops the subscriber: `error` holds why, it lets go of its
     # lease and never reads again in this process. Starting over from cursor 0 would run every retained
     # event again.
+    #
+    # A subscriber with no saved cursor starts after the store's last global id as it was when this
+    # Worker was built (the pool starts before the publish that starts it: that event is handled), or at
+    # 0 with `deferred start: :oldest`; the cursor is saved at once, so a restart resumes there.
     class Worker
       BATCH = 1000
       SAVE_EVERY = 0.05
@@ -27,7 +31,7 @@ module Herald
 
       attr_reader :subscriber, :name, :cursor, :error
 
-      def initialize(subscriber, store:, stopper:)
+      def initialize(subscriber, store:, stopper:, now: nil)
         @subscriber = subscriber
         @name = subscriber.subscriber_name
         @store = store
@@ -40,6 +44,7 @@ module Herald
         @lease = nil
         @epoch = nil # the store's epoch the lease and cursor belong to
         @next_lease_try = 0.0
+        @start = (subscriber.herald_start == :oldest) ? 0 : now || store.last_global_id
         @cursor = 0
         @saved = 0
         @saved_at = 0.0
@@ -51,6 +56,7 @@ module Herald
         restart if @lease && @store.known_epoch != @epoch
         return 0 unless owner?
         batch = @store.global_backlog(@cursor, limit: BATCH)
+        return 0 if @store.known_epoch != @epoch # found a reset (Redis: records of a new epoch): the next step restarts
         if batch.empty?
           save_cursor if @cursor != @saved
           return 0
@@ -114,6 +120,7 @@ module Herald
         Herald.logger.warn "#{@name}: the store was reset (epoch #{@epoch} -> #{@store.known_epoch}): resuming from its saved cursor there"
         release
         @next_lease_try = 0.0
+        @start = 0 # "now" was an id of the old store; everything in the new one came after the reset
       end
 
       def acquire
@@ -121,9 +128,11 @@ module Herald
         return false if @error || now < @next_lease_try
         @next_lease_try = now + LEASE_RETRY
         @epoch = @store.known_epoch # before the lease and cursor: a reset after it is seen by the next step
+        @cursor_epoch ||= @epoch # the epoch this process first saw: see after_reset
+        @start = 0 if @cursor_epoch != @epoch # a standby that saw a reset: a missing cursor went with the old store
         lease = @store.lease(@name) or return false
         begin
-          @saved = @store.load_cursor(@name)
+          @saved = @store.load_cursor(@name, default: nil) || first_cursor
           @cursor = resume_point(@saved)
         rescue Exception # standard:disable Lint/RescueException
           lease.release # never keep the lease with a cursor that was not read
@@ -133,10 +142,29 @@ module Herald
         true
       end
 
+      # No cursor saved yet: this subscriber is new. Saved now, so a crash before its first event does not
+      # move the start to a later "now".
+      def first_cursor
+        @store.save_cursor(@name, @start)
+        @start
+      end
+
       # After the saved cursor, or after the last dead letter when a crash came between burying an event and
       # saving the cursor past it: the events up to it were done with, in order, and are not run (nor
       # buried) again.
-      def resume_point(saved) = [saved, @dead_letters.last_buried(@name)].max
+      def resume_point(saved) = [after_reset(saved), @dead_letters.last_buried(@name)].max
+
+      # A cursor that survived a reset this process saw (the cursors' table kept beside recreated ones, a
+      # restored backup), beyond the new epoch's last id, would skip the new epoch's first events: it is
+      # read from its start. Checked by the process that held the lease and by a standby taking over.
+      def after_reset(saved)
+        return saved if @cursor_epoch == @epoch
+        @cursor_epoch = @epoch
+        last = @store.last_global_id
+        return saved if saved <= last
+        Herald.logger.warn "#{@name}: its cursor #{saved} is beyond the reset store's last id #{last}: reading the new epoch from its start"
+        0
+      end
 
       def release
         @lease&.release

@@ -20,8 +20,14 @@ module Herald
     # HTTP/1.1 keep-alive and pipelining (requests answered in order, one at a time per connection),
     # Content-Length and chunked bodies up to max_request_bytes (413 over it, before the body is read),
     # Puma's parser limits (414 for the request target, 431 for the header section, 400 for the rest),
-    # 501 for other transfer codings, and a whole request within `timeout` seconds (slowloris): an idle
-    # or stalled connection is closed after it (408 when a request was under way).
+    # RFC 9112 framing checked strictly (HttpConnection: 400, 501 or 505, then closed), and a whole request
+    # within `timeout` seconds (slowloris): an idle or stalled connection is closed after it (408 when a
+    # request was under way).
+    #
+    # #stop is graceful: the listener closes at once (new connections are refused), no new request is
+    # read, and the loop keeps running until every request the pool holds is answered and its reply
+    # written (`connection: close`), within the grace period. Every other connection is ended with a FIN
+    # (its unread bytes discarded until the client closes, so no reset destroys a reply in flight).
     class Front
       TICK = 0.5 # longest select: how often timeouts are checked at the latest
       ACCEPTS = 64 # connections accepted per wakeup, so a flood of connects never starves the others
@@ -70,29 +76,80 @@ module Herald
         self
       end
 
-      # Stops accepting, lets the pool finish what it has (up to `grace` seconds), closes every connection.
+      # Graceful: stops accepting and reading requests, answers what the pool holds (up to `grace`
+      # seconds), then closes every connection. Returns once the loop and the pool threads are done.
       def stop(grace: 5)
         return unless @thread
+        @grace = grace
         @stopping = true
-        @selector.wakeup
-        @thread.join(grace + 1)
+        wakeup
+        @thread.join(grace + LINGER + 1)
         @jobs.close
-        @workers.each { |t| t.join(grace) }
+        deadline = now + 1 # after the grace period a pool thread still in the app is left behind
+        @workers.each { |t| t.join([deadline - now, 0].max) }
       end
 
       private
 
       def run
-        until @stopping
+        until @stopping && wound_down?
+          wind_down if @stopping && !@winding
           @selector.select(TICK) { |monitor| ready(monitor) }
           finish_pooled until @inbox.empty?
           sweep
         end
       rescue => e
         Herald.logger.error("http server: event loop: #{e.class}: #{e.message} (#{e.backtrace&.first})")
-        retry unless @stopping
+        retry unless @stopping && wound_down?
       ensure
         shutdown if @stopping
+      end
+
+      # The start of a graceful stop, on the loop: no new connection, no new request. A connection whose
+      # request is with the pool keeps its place until the reply is written (after_reply ends it).
+      def wind_down
+        @winding = true
+        @stop_deadline = now + (@grace || 5)
+        accept_pending # the kernel's queue: ended below with a FIN, where closing the listener would reset them
+        close_listener
+        @conns.each_key.to_a.each { |conn| quit(conn) unless conn.busy || conn.writing? || conn.draining }
+      end
+
+      def accept_pending
+        loop do
+          before = @conns.size
+          accept
+          break if @listener_paused || @conns.size - before < ACCEPTS
+        end
+      end
+
+      # Done when every connection is closed (replies written, clients gone), or the grace period is over.
+      def wound_down? = @winding && (@conns.empty? || now >= @stop_deadline)
+
+      def close_listener
+        @selector.deregister(@listener) unless @listener_paused || @listener.closed?
+      rescue IOError
+        nil # the selector is closed already
+      ensure
+        @listener.close
+      end
+
+      # Ends a connection gracefully: FIN now; what the client still sends is read and dropped until it
+      # closes (or LINGER seconds), since closing with unread bytes would reset the connection.
+      def quit(conn)
+        return close(conn) if conn.eof?
+        conn.draining = true
+        conn.close_after = true
+        conn.monitor.interests = :r
+        linger(conn)
+      end
+
+      # A pool thread hands back a reply; the loop may have closed its selector by then (a graceful
+      # stop's grace period over, or the loop gone): nothing is waiting for the wakeup.
+      def wakeup
+        @selector.wakeup
+      rescue IOError
+        nil
       end
 
       def ready(monitor)
@@ -129,6 +186,7 @@ module Herald
       # Answers the complete requests in the buffer, in order; stops at one that goes to the pool (its
       # reply comes back through the inbox) or while a reply is still being written.
       def serve(conn)
+        return quit(conn) if @winding
         until conn.busy || conn.writing? || conn.draining || !@conns.key?(conn)
           request = conn.next_request
           unless request
@@ -252,6 +310,7 @@ module Herald
 
       # Writes a response whose body is an Array (every middleware reply, most app replies) from the loop.
       def respond(conn, env, status, headers, body, keep)
+        keep &&= !@stopping # the last reply of a stopping server says `connection: close`
         bytes = head(env, status, headers, body_length(body), keep)
         unless env["REQUEST_METHOD"] == "HEAD" || NO_BODY.include?(status)
           body.each { |part| bytes << part }
@@ -262,7 +321,7 @@ module Herald
       end
 
       def send_reply(conn, bytes, keep)
-        conn.close_after = true unless keep && !@stopping
+        conn.close_after = true unless keep
         if conn.write(bytes)
           after_reply(conn)
         else
@@ -271,7 +330,9 @@ module Herald
       end
 
       def after_reply(conn)
-        return close(conn) if conn.close_after || conn.eof?
+        return close(conn) if conn.eof?
+        return quit(conn) if @winding
+        return close(conn) if conn.close_after
         serve(conn) unless conn.busy
       end
 
@@ -341,10 +402,10 @@ module Herald
       # Timeouts: a request not complete in time (408), an idle keep-alive connection, a client that takes
       # no bytes, an answered error connection done lingering.
       def sweep
-        time = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        time = now
         return if @next_sweep && time < @next_sweep
         @next_sweep = time + TICK
-        resume_accepting if @listener_paused
+        resume_accepting if @listener_paused && !@winding
         expired = @conns.each_key.select { |conn| !conn.busy && conn.deadline <= time }
         expired.each do |conn|
           if conn.draining || conn.writing? || conn.idle?
@@ -372,7 +433,7 @@ module Herald
           Thread.current.name = "herald-app-#{index}" if Thread.current.respond_to?(:name=)
           while (job = @jobs.pop)
             @inbox << run_job(*job)
-            @selector.wakeup
+            wakeup
           end
         end
       end
@@ -437,13 +498,17 @@ module Herald
         close(conn)
       end
 
+      # After the grace period a connection still with the pool is closed too: its thread finds the
+      # selector closed (wakeup) and the reply goes nowhere.
       def shutdown
-        @listener.close
-        @conns.each_key.to_a.each { |conn| close(conn) unless conn.busy }
+        close_listener
+        @conns.each_key.to_a.each { |conn| close(conn) }
         @selector.close
       rescue IOError, SystemCallError
         nil
       end
+
+      def now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
     end
   end
 end

@@ -10,6 +10,12 @@ module Herald
     #
     # #next_request returns nil (more bytes needed) or a complete request [env, body]; a request that
     # cannot be served raises RequestRefused with the status to answer (the connection is closed after it).
+    #
+    # Framing follows RFC 9112 strictly, since a proxy in front may read a lenient case differently
+    # (request smuggling): the HTTP version, Host, Transfer-Encoding and Content-Length, chunk lines and
+    # trailers are checked to the grammar, and anything else is a 400 (505 for another major version).
+    # Puma's parser already refuses bad request lines and field lines (bare CR or LF, obs-fold, whitespace
+    # before a colon, NUL).
     class HttpConnection
       include Herald::Rack::PendingWrites
 
@@ -25,7 +31,22 @@ module Herald
       READ_SIZE = 16 * 1024
       CRLF = "\r\n"
       LENGTH = /\A\d{1,18}\z/
-      CHUNK_SIZE = /\A\h{1,15}\z/
+      OWS = /\A[ \t]+|[ \t]+\z/
+      TOKEN = '[!#$%&\'*+\-.^_`|~0-9A-Za-z]+'
+      QUOTED = '"(?:[\\t \\x21\\x23-\\x5B\\x5D-\\x7E\\x80-\\xFF]|\\\\[\\t \\x21-\\x7E\\x80-\\xFF])*"'
+      # RFC 9112 7.1 and 7.1.1: chunk-size [ chunk-ext ], chunk-ext = *( BWS ";" BWS name [ BWS "=" BWS
+      # ( token / quoted-string ) ] ). No whitespace before the size or after it unless an extension
+      # follows, no bare CR or LF. Fifteen hex digits at most (a size that fits in a Ruby Integer cheaply).
+      CHUNK_LINE = /\A(\h{1,15})(?:[ \t]*;[ \t]*#{TOKEN}(?:[ \t]*=[ \t]*(?:#{TOKEN}|#{QUOTED}))?)*\z/n
+      # RFC 9112 7.1.2 and 5: a trailer field is a field line: name ":" OWS value OWS, no CR, LF or NUL.
+      FIELD_LINE = /\A#{TOKEN}:[\t\x20-\x7E\x80-\xFF]*\z/n
+      # RFC 9112 2.3: HTTP-version = "HTTP/" DIGIT "." DIGIT.
+      VERSION = %r{\AHTTP/(\d)\.(\d)\z}
+      # RFC 9110 7.2: Host = uri-host [ ":" port ] (RFC 3986: IP-literal, IPv4address or reg-name). Puma's
+      # parser joins repeated fields with ", ", which this refuses too (RFC 9112 3.2: more than one Host).
+      # One invalid form is taken: an IPv6 address without brackets, port appended, as Ruby 3.1's Net::HTTP
+      # (net-http 0.2) sends for http://[::1]:9292/ (it cannot hide a second request: hex digits and colons).
+      HOST = /\A(?:(?:\[[0-9A-Za-z:._~!$&'()*+,;=-]+\]|[0-9A-Za-z._~!$&'()*+,;=%-]*)(?::\d*)?|\h*:\h*:[\h:.]*)\z/
 
       attr_reader :io, :deadline, :pending_bytes
       attr_accessor :monitor, :busy, :close_after, :draining
@@ -90,9 +111,10 @@ module Herald
         [env, body]
       end
 
-      # HTTP/1.1 100 Continue, once, to a client that waits for it before it sends its body.
+      # HTTP/1.1 100 Continue, once, to a client that waits for it before it sends its body (RFC 9110
+      # 10.1.1: an HTTP/1.0 client's expectation is ignored).
       def continue?
-        return false if @continued || !@head || @env["HTTP_EXPECT"].to_s.casecmp("100-continue") != 0
+        return false if @continued || !@head || !@http11 || @env["HTTP_EXPECT"].to_s.casecmp("100-continue") != 0
         @continued = true
       end
 
@@ -138,6 +160,7 @@ module Herald
         @continued = false
         @decoded = nil
         @scan = 0
+        @http11 = false
       end
 
       def parse_head
@@ -159,22 +182,56 @@ module Herald
         end
       end
 
-      # RFC 9112 6: chunked (the only transfer coding we take: others are 501), else Content-Length.
+      # RFC 9112 6: chunked (the only transfer coding we take), else Content-Length, else no body.
       def framing
+        version!
+        host!
         coding = @env["HTTP_TRANSFER_ENCODING"]
         length = @env["CONTENT_LENGTH"]
-        if coding
-          raise RequestRefused.new(501, "transfer coding #{coding.inspect} is not supported") unless coding.strip.casecmp("chunked") == 0
-          raise RequestRefused.new(400, "both Transfer-Encoding and Content-Length") if length
-          @chunked = true
-          @decoded = +"".b
-          @scan = @head_size
-          return
-        end
+        return chunked!(coding, length) if coding
         return if length.nil?
+        length = length.gsub(OWS, "")
         raise RequestRefused.new(400, "bad Content-Length #{length.inspect}") unless length.match?(LENGTH)
         @length = length.to_i
         raise RequestRefused.new(413, "the body is larger than #{@max_body} bytes") if @length > @max_body
+      end
+
+      # RFC 9112 2.3 and RFC 9110 2.5, 15.6.6: HTTP/1.x is served (1.2 and above as 1.1), another major
+      # version is answered 505, anything that is not DIGIT "." DIGIT is a 400.
+      def version!
+        version = @env["SERVER_PROTOCOL"].to_s
+        major, minor = VERSION.match(version)&.captures
+        raise RequestRefused.new(400, "bad HTTP version #{version[0, 20].inspect}") unless major
+        raise RequestRefused.new(505, "HTTP/#{major}.#{minor} is not supported, only HTTP/1.x") unless major == "1"
+        @http11 = minor != "0"
+        @env["SERVER_PROTOCOL"] = "HTTP/1.1" if minor > "1"
+      end
+
+      # RFC 9112 3.2: an HTTP/1.1 request without Host, and any request with more than one or with an invalid
+      # one, is a 400.
+      def host!
+        host = @env["HTTP_HOST"]
+        if host.nil?
+          raise RequestRefused.new(400, "an HTTP/1.1 request without Host") if @http11
+          return
+        end
+        host = @env["HTTP_HOST"] = host.gsub(OWS, "")
+        raise RequestRefused.new(400, "bad Host #{host[0, 80].inspect}") unless host.match?(HOST)
+      end
+
+      # RFC 9112 6.1: Transfer-Encoding in HTTP/1.0 is faulty framing, and chunked is applied at most once;
+      # 6.3: chunked must be the final coding, Content-Length beside it is an error (both 400, then close);
+      # 6.1: an unknown coding before chunked is 501 Not Implemented.
+      def chunked!(coding, length)
+        raise RequestRefused.new(400, "Transfer-Encoding in an HTTP/1.0 request") unless @http11
+        raise RequestRefused.new(400, "both Transfer-Encoding and Content-Length") if length
+        codings = coding.split(",").map { |c| c.gsub(OWS, "").downcase }.reject(&:empty?)
+        raise RequestRefused.new(400, "chunked is not the final transfer coding: #{coding[0, 80].inspect}") unless codings.last == "chunked"
+        raise RequestRefused.new(400, "chunked applied more than once: #{coding[0, 80].inspect}") if codings.count("chunked") > 1
+        raise RequestRefused.new(501, "transfer coding #{coding[0, 80].inspect} is not supported") if codings.size > 1
+        @chunked = true
+        @decoded = +"".b
+        @scan = @head_size
       end
 
       def fixed_body
@@ -190,9 +247,8 @@ module Herald
         loop do
           line_end = @buffer.index(CRLF, @scan) or return too_long_line(@buffer.bytesize - @scan)
           line = @buffer.byteslice(@scan, line_end - @scan)
-          size_text = line.split(";", 2).first.to_s.strip
-          raise RequestRefused.new(400, "bad chunk size #{line[0, 40].inspect}") unless size_text.match?(CHUNK_SIZE)
-          size = size_text.to_i(16)
+          size = CHUNK_LINE.match(line) or raise RequestRefused.new(400, "bad chunk line #{line[0, 40].inspect}")
+          size = size[1].to_i(16)
           raise RequestRefused.new(413, "the body is larger than #{@max_body} bytes") if @decoded.bytesize + size > @max_body
           return trailers(line_end + 2) if size == 0
           data_end = line_end + 2 + size
@@ -203,7 +259,7 @@ module Herald
         end
       end
 
-      # After the last chunk: trailer lines (ignored) up to an empty line.
+      # After the last chunk: trailer field lines (checked, then ignored) up to an empty line.
       def trailers(from)
         at = from
         loop do
@@ -213,6 +269,8 @@ module Herald
             consume(at + 2)
             return body
           end
+          line = @buffer.byteslice(at, line_end - at)
+          raise RequestRefused.new(400, "bad trailer field #{line[0, 40].inspect}") unless FIELD_LINE.match?(line)
           at = line_end + 2
           raise RequestRefused.new(431, "trailers too long") if at - from > 8192
         end

@@ -9,7 +9,8 @@ module Herald
     # one process write one at a time (bench/http_latency_bench.rb, BENCH_HERALD_WORKERS=1,2).
     #
     # max_active_clients counts per worker. The parent only forks, forwards SIGTERM/SIGINT and waits; when a
-    # worker exits on its own, the others are stopped and the exit status is 1.
+    # worker exits on its own, the others are stopped and the exit status is 1 (also when a worker fails
+    # while stopping: 0 means every worker stopped cleanly).
     class Workers
       def initialize(count, log: $stdout, **options, &on_start)
         raise InvalidArgumentError, "workers must be an Integer >= 1, got #{count.inspect}" unless count.is_a?(Integer) && count >= 1
@@ -73,6 +74,7 @@ module Herald
         until @pids.empty?
           pid, result = Process.wait2
           @pids.delete(pid)
+          status = 1 unless result.success? # a worker that failed to stop cleanly (its store maybe unclosed)
           next if stopping
           Herald.logger.error "herald worker #{pid} exited (#{result.inspect}); stopping the others"
           status = 1

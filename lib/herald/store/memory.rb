@@ -119,7 +119,7 @@ module Herald
       # The block runs on the appending thread after every append (Store::Watchers): => a Watch (#cancel).
       def watch(&block) = @watchers.add(block)
 
-      def load_cursor(name) = @lock.synchronize { @cursors.fetch(name, 0) }
+      def load_cursor(name, default: 0) = @lock.synchronize { @cursors.fetch(name, default) }
 
       def save_cursor(name, global_id)
         Store.validate_cursor!(global_id)

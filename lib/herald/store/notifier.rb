@@ -48,6 +48,15 @@ module Herald
         end
       end
 
+      # The store was reset (a new epoch): ids may restart below the latest announced. Waiters on the old
+      # ids would return at once forever (a spin): the latest is what the new epoch has.
+      def reset(global_id)
+        @lock.synchronize do
+          @latest = global_id
+          @cond.broadcast
+        end
+      end
+
       # Blocks until an id beyond `last_global_id` is known or the timeout passes; returns the latest id.
       def wait(last_global_id, timeout)
         start

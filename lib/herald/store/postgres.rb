@@ -34,6 +34,9 @@ module Herald
       MIGRATE_TIMEOUT = 60 # seconds
       CLIENT_MARGIN = 0.5 # seconds past statement_timeout before the client gives up on a silent server
       RETRIES = [0.05, 0.2, 0.5, 1.0].freeze
+      # How often the listener checks the epoch while no wakeup comes (as Redis::CHECK_EVERY): tables
+      # dropped and created again are noticed within this many seconds even when nobody publishes.
+      CHECK_EVERY = 1.0
       LOST = [PG::ConnectionBad, PG::UnableToSend, PG::AdminShutdown].freeze
       STATEMENTS = {
         "append" => "SELECT g, m FROM %<t>s_append($1, $2, $3, $4)",
@@ -138,7 +141,7 @@ module Herald
 
       def last_global_id
         gid, epoch = read { |c| run(c, "meta", []).values.first }
-        saw(epoch)
+        saw(epoch, gid.to_i)
         gid.to_i
       end
 
@@ -167,9 +170,9 @@ module Herald
       # Kept fresh by every append and read of the meta and by the listener's periodic check.
       def known_epoch = @epoch || epoch
 
-      def load_cursor(name)
+      def load_cursor(name, default: 0)
         raw = first_value(read { |c| run(c, "load_cursor", [name]) })
-        Store.parse_cursor(raw, name: name, where: "the table #{@table}_cursors")
+        Store.parse_cursor(raw, name: name, where: "the table #{@table}_cursors", default: default)
       end
 
       def save_cursor(name, global_id)
@@ -308,11 +311,16 @@ module Herald
         end
       end
 
-      def saw(epoch)
+      # A new epoch: the tables were dropped and created again (ids restart from 1). Cached backlogs go, and
+      # waiters on the old ids are told the new last id (Notifier#reset).
+      def saw(epoch, gid)
         return if epoch.nil? || epoch == @epoch
         old = @epoch
         @epoch = epoch
-        @on_reset.call(old, epoch) if old
+        return unless old
+        @cache&.clear
+        @notifier.reset(gid)
+        @on_reset.call(old, epoch)
       end
 
       # The notifier's listener: LISTEN on a dedicated connection, blocking in wait_for_notify.
@@ -320,12 +328,16 @@ module Herald
         conn = @listener_conn = PG.connect(@url, **@connect_options)
         quiet(conn)
         conn.exec("LISTEN #{notify_channel}")
-        notifier.ready(last_global_id)
+        notifier.ready(heard = last_global_id)
         until @closed
-          conn.wait_for_notify(5) do |_channel, _pid, payload|
+          woken = conn.wait_for_notify(CHECK_EVERY) do |_channel, _pid, payload|
             gid, key = payload.split(",", 2)
-            notifier.notify(gid.to_i, key)
+            gid = gid.to_i
+            last_global_id if gid <= heard # ids went back: tables dropped and created again? (the epoch says)
+            heard = gid
+            notifier.notify(gid, key)
           end
+          heard = last_global_id unless woken # quiet: were the tables replaced meanwhile?
           raise PG::ConnectionBad, "listener connection lost" if conn.status != PG::CONNECTION_OK
         end
       ensure

@@ -189,9 +189,9 @@ module Herald
       # Kept fresh by every append and read of the meta and by the listener's periodic check.
       def known_epoch = @epoch || epoch
 
-      def load_cursor(name)
+      def load_cursor(name, default: 0)
         raw = read { |r| r.call_v(["HGET", "#{@namespace}:cursors", name]) }
-        Store.parse_cursor(raw, name: name, where: "the Redis hash #{@namespace}:cursors")
+        Store.parse_cursor(raw, name: name, where: "the Redis hash #{@namespace}:cursors", default: default)
       end
 
       def save_cursor(name, global_id)

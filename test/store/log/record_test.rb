@@ -59,6 +59,20 @@ class LogRecordTest < Minitest::Test
     assert_raises(Herald::InvalidMessageError) { Record.constant_parts("c" * 0x10000, 1, nil, nil) }
   end
 
+  # Issue 23, defect 2: a 260 MiB record was written, then read as damage (its length is over MAX_PAYLOAD).
+  # Publish now refuses data and targets beyond Store::Limits; the largest record they allow (and names
+  # shorter than 64 KiB, Record.encode's own check) must still be a record to a reader, never :bad.
+  def test_the_largest_record_publish_allows_is_read_as_a_record
+    limits = Herald::Store::Limits
+    largest = Record::HEADER_SIZE + 2 * 0xffff + limits::MAX_TARGETS_BYTES + limits::MAX_PAYLOAD_BYTES
+    assert_operator largest, :<=, Record::MAX_PAYLOAD
+    # The length word alone decides (the CRC comes after): a frame this long is waited for, one longer is damage.
+    [[largest, :partial], [Record::MAX_PAYLOAD, :partial], [Record::MAX_PAYLOAD + 1, :bad]].each do |length, seen|
+      frame = [length, 0].pack("L<L<") + "\0".b * 64
+      assert_equal seen, Record.check(frame, 0, frame.bytesize), length.to_s
+    end
+  end
+
   # A buffer that shares its bytes (a dup, a slice to its end) cannot be cut back by "@0": it is cleared.
   def test_a_shared_buffer_is_cleared_and_a_frozen_one_refused
     buffer = String.new(encoding: Encoding::BINARY)

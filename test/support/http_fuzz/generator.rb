@@ -2,6 +2,7 @@
 
 require "json"
 require "msgpack"
+require_relative "framing"
 
 module Herald
   module HttpFuzz
@@ -36,7 +37,7 @@ module Herald
       VERSIONS = ["HTTP/1.1", "HTTP/1.1", "HTTP/1.1", "HTTP/1.0"].freeze
       BAD_VERSIONS = ["HTTP/2.0", "HTTP/9.9", "HTXP/1.1", "", "HTTP/1.1\xFF".b, "http/1.1"].freeze
       KINDS = {poll: 40, sse: 10, demo: 12, asset: 4, options: 4, garbage_line: 5, bad_headers: 6,
-               chunked_body: 6, huge: 3, release: 4, supersede: 3, pipelined: 3, other_path: 3}.freeze
+               chunked_body: 6, huge: 3, release: 4, supersede: 3, pipelined: 3, other_path: 3, framing: 4}.freeze
 
       # kinds: only these (e.g. [:huge, :poll]) to aim a soak; all of KINDS by default.
       def initialize(seed, kinds: nil)
@@ -170,6 +171,9 @@ module Herald
         head += "Content-Type: #{type}\r\n" if type
         Case.new(bytes: head.b + "\r\n" + framed.b, well_formed: false)
       end
+
+      # An RFC 9112 framing case (Framing::CASES), served or refused, under any delivery.
+      def framing = Case.new(bytes: pick(Framing::CASES).bytes, well_formed: false)
 
       def huge
         size = pick([64 * 1024, 64 * 1024 + 1, 200_000, 1024 * 1024])

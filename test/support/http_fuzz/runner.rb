@@ -15,8 +15,9 @@ module Herald
       DEADLINE = 10 # seconds for any reply that is owed (generous: CI machines get loaded, a hang never answers)
       PARK_WINDOW = 0.15 # seconds we listen to a request that may park before walking away
       # RFC 9110 15.6.2 and RFC 9112 6.1: an unknown method or transfer coding is answered 501 Not Implemented
-      # (by Puma's parser, before the app). Those are the only 5xx we accept, and they are counted apart.
-      NOT_IMPLEMENTED = 501
+      # (by Puma's parser, before the app); RFC 9110 15.6.6: another major HTTP version (HTTP/2.0 in a request
+      # line) 505. Those are the only 5xx we accept, and they are counted apart.
+      NOT_IMPLEMENTED = [501, 505].freeze
 
       Result = Struct.new(:sent, :statuses, :failures, :not_implemented, :silent_parks, :released, :resets, :unanswered_once,
         keyword_init: true)
@@ -213,7 +214,7 @@ module Herald
       def record(c, got, owed:, ends:)
         got[:statuses].each do |status|
           count { @result.statuses[status] += 1 }
-          if status == NOT_IMPLEMENTED
+          if NOT_IMPLEMENTED.include?(status)
             count { @result.not_implemented += 1 }
           elsif status >= 500
             fail_case(c, "#{status}: #{got[:bytes][0, 300].inspect}")

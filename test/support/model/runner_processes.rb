@@ -159,7 +159,7 @@ module Herald
       # The oracle of a store that was wiped: a new Memory store, and nothing published before.
       def renew_oracle
         @oracle.close
-        @oracle = Side.new(Store::Memory.new(max_backlog_size: @size))
+        @oracle = Side.new(Store::Memory.new(max_backlog_size: @size, max_payload_bytes: @payload_limit))
         @published = {}
         @by_key = {}
         @ages = {}

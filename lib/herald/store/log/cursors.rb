@@ -18,9 +18,9 @@ module Herald
         BARE_CURSOR = /\A(\d{1,19})\n?\z/ # written by Herald before cursors had a checksum; also what a person writes
         PREVIOUS = "~"
 
-        def load_cursor(name)
+        def load_cursor(name, default: 0)
           path = cursor_path(name)
-          content = read_cursor(path) or return 0
+          content = read_cursor(path) or return default
           id = parse_cursor(content) and return id
           previous = read_cursor(path + PREVIOUS)
           id = previous && parse_cursor(previous) or raise damaged_cursor(name, path, content)
@@ -95,7 +95,7 @@ module Herald
         def damaged_cursor(name, path, content)
           CorruptCursorError.new("cursor #{path} is damaged (#{describe_cursor(content)}) and has no good previous " \
             "version: write the last global id it is done with into it (e.g. `echo 1234 > #{path}`), or delete " \
-            "it to start from the oldest retained event", name: name)
+            "it to start afresh, as a new subscriber does", name: name)
         end
 
         def describe_cursor(content) = content.empty? ? "empty" : "#{content.bytesize} bytes: #{content[0, 24].inspect}"

@@ -3,4 +3,5 @@
 Rails.application.routes.draw do
   root "pages#show"
   get "/login/:user_id", to: "pages#login"
+  get "/turbo", to: "pages#turbo" # Turbo Streams (Rails 7.2 app only: turbo-rails)
 end

@@ -4,6 +4,9 @@ class PagesController < ApplicationController
   def show
   end
 
+  def turbo
+  end
+
   # A session-based sign-in, as an app without Devise has it.
   def login
     session[:user_id] = Integer(params[:user_id])
