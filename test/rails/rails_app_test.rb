@@ -403,6 +403,10 @@ class RailsAppTest < Minitest::Test
     section = File.read(README)[/^## Installing in Rails\n.*?(?=^## )/m]
     gemfile_lines = section[/```ruby\n# Gemfile\n(.*?)```/m, 1]
     assert gemfile_lines, "the README's Rails section has no Gemfile block"
+    # The README's `path:`, a checkout of this repository beside the app: this one (test/gem_package_test.rb
+    # runs the same lines from a fresh clone).
+    path = gemfile_lines[/^gem "herald-bus", path: "([^"]+)"/, 1]
+    File.symlink(ROOT, File.expand_path(path, app)) if path
     gemfile = File.join(app, "Gemfile")
     File.write(gemfile, File.read(gemfile) + gemfile_lines)
     run!(app, "bundle", "install", "--local") # the README's `bundle install`, from the gems installed here
