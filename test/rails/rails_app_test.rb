@@ -6,6 +6,9 @@ require "socket"
 require "net/http"
 require "json"
 require "herald/rails/versions"
+require "yaml"
+require "erb"
+require_relative "turbo_streams_check"
 
 # A real Rails app, as a user builds it: `rails new` (default options: importmap, Turbo, Stimulus, SQLite, and
 # on Rails 8 Solid Cache/Queue/Cable), the gem built from this checkout and installed, the README's "Installing
@@ -20,6 +23,8 @@ require "herald/rails/versions"
 #
 # Every check of a run is a method called from #production or #development: add yours there.
 class RailsAppTest < Minitest::Test
+  include TurboStreamsCheck # #check_turbo_streams: Turbo Streams on adapter: herald
+
   ROOT = File.expand_path("../..", __dir__)
   GEMS = File.join(ENV.fetch("HERALD_RAILS_GEMS", File.join(ROOT, "vendor", "rails-gems")), "ruby-#{RbConfig::CONFIG["ruby_version"]}")
   RUBY_3_2 = Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.2")
@@ -91,6 +96,7 @@ class RailsAppTest < Minitest::Test
     check_rails_json
     check_deferred_exactly_once
     check_notifications
+    check_turbo_streams unless oldest? # the default app brings turbo-rails and ActionCable
     check_rails_log
     check_solid_queue if rails8?
     check_kill_9_of_a_worker
@@ -444,6 +450,10 @@ class RailsAppTest < Minitest::Test
     section = File.read(README)[/^## Installing in Rails\n.*?(?=^## )/m]
     gemfile_lines = section[/```ruby\n# Gemfile\n(.*?)```/m, 1]
     assert gemfile_lines, "the README's Rails section has no Gemfile block"
+    # The README's `path:`, a checkout of this repository beside the app: this one (test/gem_package_test.rb
+    # runs the same lines from a fresh clone).
+    path = gemfile_lines[/^gem "herald-bus", path: "([^"]+)"/, 1]
+    File.symlink(ROOT, File.expand_path(path, app)) if path
     gemfile = File.join(app, "Gemfile")
     File.write(gemfile, File.read(gemfile) + gemfile_lines)
     run!(app, "bundle", "install", "--local") # the README's `bundle install`, from the gems installed here
