@@ -16,12 +16,26 @@ class CodecTest < Minitest::Test
 
   def test_json_refuses_what_it_cannot_represent
     bus = Herald::Bus.new(store: @store, codec: :json)
-    {Record.new => "Record", -> {} => "Proc", "\xFF" => "malformed utf-8", "\xC3\xA9".b => "ASCII-8BIT",
-     {"at" => Time.at(0)} => "Time", Float::NAN => "NaN", [Signup.new("a")] => "Signup"}.each do |data, named|
+    refused = {Record.new => "Record", -> {} => "Proc", "\xFF" => "malformed utf-8",
+               {"at" => Time.at(0)} => "Time", Float::NAN => "NaN", [Signup.new("a")] => "Signup"}
+    refused["\xC3\xA9".b] = "ASCII-8BIT" if JSON3
+    refused.each do |data, named|
       error = assert_raises(Herald::InvalidMessageError, data.class.name) { bus.publish("/c", data) }
       assert_includes error.message, named
     end
     assert_equal 0, @store.last_global_id, "nothing refused is stored"
+  end
+
+  JSON3 = Gem::Version.new(JSON::VERSION) >= Gem::Version.new("3")
+
+  # json 2.x (gemspec: json >= 2.10; Rails 7.0/7.1 need it) reads a BINARY String that is valid UTF-8 as that
+  # text and prints its own deprecation warning; json 3 refuses it (the test above). bin/test-rack2 installs 2.10.0.
+  def test_json_2_takes_a_binary_string_that_is_valid_utf8_as_text
+    skip "json #{JSON::VERSION}: refused (test above)" if JSON3
+    bus = Herald::Bus.new(store: @store, codec: :json)
+    _, err = capture_io { bus.publish("/c", {"t" => "\xC3\xA9".b}) }
+    assert_equal [{"t" => "é"}, Encoding::UTF_8], [bus.backlog("/c").first.data, bus.backlog("/c").first.data["t"].encoding]
+    assert_match(/UTF-8 string passed as BINARY/, err)
   end
 
   def test_msgpack_refuses_what_it_cannot_represent_and_keeps_binary
@@ -91,7 +105,7 @@ class CodecTest < Minitest::Test
     assert_equal 2, calls.size
     assert_equal({"at" => Time.at(0)}, calls.first)
     calls.clear
-    ["a\xFFb", "é".b].each { |bad| assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode({"t" => bad}) } }
+    ["a\xFFb", *("é".b if JSON3)].each { |bad| assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode({"t" => bad}) } }
     assert_empty calls, "bad text is refused, not handed to the fallback"
     error = assert_raises(Herald::InvalidMessageError) { Herald::Codec::Json.encode(1..2) }
     assert_match(/not JSON text/, error.message)

@@ -31,7 +31,7 @@ module Herald
 
       attr_reader :subscriber, :name, :cursor, :error
 
-      def initialize(subscriber, store:, stopper:)
+      def initialize(subscriber, store:, stopper:, now: nil)
         @subscriber = subscriber
         @name = subscriber.subscriber_name
         @store = store
@@ -44,7 +44,7 @@ module Herald
         @lease = nil
         @epoch = nil # the store's epoch the lease and cursor belong to
         @next_lease_try = 0.0
-        @start = (subscriber.herald_start == :oldest) ? 0 : store.last_global_id
+        @start = (subscriber.herald_start == :oldest) ? 0 : now || store.last_global_id
         @cursor = 0
         @saved = 0
         @saved_at = 0.0

@@ -34,6 +34,13 @@ module Herald
       ::Rails.autoloaders.main.eager_load_dir(dir.to_s) if dir.directory?
     end
 
+    # Development: the workers' pool asks about every second, so a new file in app/subscribers is loaded
+    # (and its deferred subscriber started) on the next reload, even when no request comes to reload first.
+    def self.reload_check(app)
+      reloading = app.config.respond_to?(:reloading_enabled?) ? app.config.reloading_enabled? : !app.config.cache_classes
+      -> { app.reloader.wrap {} if app.reloader.check! } if reloading
+    end
+
     def self.forget_unloaded(value)
       Events.registry.unregister(value) if value.is_a?(Class) && value.include?(Herald::Subscriber)
     end
@@ -77,6 +84,7 @@ module Herald
       initializer "herald.subscribers" do |app|
         Herald::Events.autostart = false # workers start in servers (plugin :herald) or by Herald.start_workers
         Herald::Events.handler_wrapper = Herald::Rails.handler_wrapper(app)
+        Herald::Events.reload_check = Herald::Rails.reload_check(app)
         ::Rails.autoloaders.main.on_unload { |_cpath, value, _path| Herald::Rails.forget_unloaded(value) }
         app.config.to_prepare { Herald::Rails.load_subscribers(app) }
       end
