@@ -69,12 +69,14 @@ class RailsAppTest < Minitest::Test
     started = monotonic
     @rails_env = "development"
     app = new_app(rails: RAILS)
+    pin_herald(app)
     port, puma_log = start_puma(app)
     browser = start_browser("http://127.0.0.1:#{port}", "development")
     check_development_live_messages(app, browser)
     check_development_reloads_the_subscriber(app)
     check_development_new_subscriber_file(app)
     check_test_helper_in_the_app(app)
+    check_turbo_drive_subscription(app, port)
     development_log = File.read(File.join(app, "log", "development.log"))
     refute_match(%r{message-bus/(?!herald\.js)}, development_log)
     check_logs(puma_log, File.join(app, "log", "development.log"))
@@ -278,6 +280,30 @@ class RailsAppTest < Minitest::Test
   def check_test_helper_in_the_app(app)
     out = run!(app, "bin/rails", "test", "test/herald_inline_test.rb", env: {"RAILS_ENV" => "test"})
     assert_match(/2 runs, \d+ assertions, 0 failures, 0 errors/, out)
+  end
+
+  # The README's importmap line (config/importmap.rb), read from the README.
+  def pin_herald(app)
+    pin = File.read(README)[/^pin "herald", to: .*$/]
+    assert pin, "the README's importmap pin"
+    File.write(File.join(app, "config", "importmap.rb"), "#{File.read(File.join(app, "config", "importmap.rb"))}#{pin}\n")
+  end
+
+  # The README's page example (<%= herald_subscribe %>, fixture pages/feed with the importmap variant) under
+  # Turbo Drive: 10 visits, then one publish is shown once.
+  def check_turbo_drive_subscription(app, port)
+    dir = File.join(ARTIFACTS, name)
+    stdin, stdout, wait = Open3.popen2({"NODE_PATH" => File.join(ROOT, "node_modules")}, "node",
+      File.join(__dir__, "feed_check.mjs"), "http://127.0.0.1:#{port}", dir, chdir: ROOT)
+    @pids << wait.pid
+    assert_equal "ready\n", Timeout.timeout(120) { stdout.gets }
+    run!(app, "bin/rails", "runner", 'Herald.publish("/feed", {"text" => "once ✓ 日本語 🎉"})')
+    stdin.puts "go"
+    stdin.close
+    result = JSON.parse(Timeout.timeout(60) { stdout.gets }.to_s)
+    wait.value
+    assert_equal({"items" => ["once ✓ 日本語 🎉"], "marker" => "no full load", "subscriptions" => 1, "channels" => ["/feed"], "errors" => []}, result)
+    log "10 Turbo Drive visits, one publish shown once (importmap-rails pin, herald_subscribe)"
   end
 
   SLOW = (1000...1012).to_a
