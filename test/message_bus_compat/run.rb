@@ -3,12 +3,15 @@
 # Runs message_bus 4.5.1's own spec files, unedited, from the installed gem, against Herald's drop-in
 # (`require "herald/message_bus"`) or against message_bus itself (showing the harness is faithful).
 #
-#   ruby test/message_bus_compat/run.rb [dropin|message_bus] [memory]
+#   ruby test/message_bus_compat/run.rb [dropin|message_bus] [memory|log]
+#
+# log (drop-in only): `backend: :log`, Herald's embedded log, in a fresh directory ($HERALD_DIR) per run.
 #
 # Prints each spec's result and a closing count: passed / failed / not-applicable (each with its reason) /
 # known-failing (not done yet, each with its reason). Exits 1 on any other failure.
 require "rbconfig"
 require "open3"
+require "tmpdir"
 
 module MessageBusCompat
   ROOT = File.expand_path("../..", __dir__)
@@ -53,7 +56,9 @@ module MessageBusCompat
     includes = (target == "dropin") ? ["-I", File.join(ROOT, "lib"), "-I", DROPIN] : []
     cmd = [RbConfig.ruby, *includes, "-I", SHIMS, File.join(GEM, spec), "-v"]
     # stdout only: Minitest 5's deprecation warnings on stderr would split its result lines.
-    output, errors, status = Open3.capture3({"MESSAGE_BUS_BACKEND" => backend}, *cmd, chdir: ROOT)
+    output, errors, status = Dir.mktmpdir("mb-compat") do |dir|
+      Open3.capture3({"MESSAGE_BUS_BACKEND" => backend, "HERALD_DIR" => File.join(dir, "log")}, *cmd, chdir: ROOT)
+    end
     found = output.each_line.filter_map { |l| (m = RESULT.match(l.chomp)) && [m[:name], m[:mark]] }
     raise "#{spec} did not run (exit #{status.exitstatus}):\n#{(output + errors)[-3000..] || output + errors}" if found.empty?
     found
