@@ -57,7 +57,7 @@ RSpec.describe Herald::TestHelper do
     end
 
     it "needs a block" do
-      expect { expect(1).to herald_publish("/chat") }.to raise_error(ArgumentError, /block/)
+      expect { expect(1).to herald_publish("/chat") }.to raise_error(Herald::InvalidArgumentError, /block/)
     end
   end
 
@@ -80,5 +80,44 @@ RSpec.describe "a group including Herald::TestHelper directly" do
   it "starts empty" do
     expect(Herald.bus.store.last_global_id).to eq(0)
     expect { Herald.publish("/x", "ü") }.to herald_publish("/x", "ü")
+  end
+end
+
+# Deferred subscribers run only when the example asks (perform_published_events), on its thread.
+RSpec.describe "perform_published_events under RSpec" do
+  handled = []
+  let(:subscriber) do
+    Class.new do
+      include Herald::Subscriber
+
+      subscriber_name "SpecMailer"
+      deferred
+      subscribe_to "/signups"
+      define_method(:call) { |event, _msg| (event == "boom") ? raise(ArgumentError, "bad signup ü") : handled << event }
+    end
+  end
+
+  before do
+    handled.clear
+    subscriber
+  end
+
+  after { Herald::Events.registry.unregister(subscriber) }
+
+  it "runs the deferred subscriber on what the block published, once" do
+    Herald.publish("/signups", {"email" => "josé@例え.jp 🎉"})
+    expect(handled).to eq([])
+    perform_published_events { Herald.publish("/signups", {"n" => 2}) }
+    expect(handled).to eq([{"n" => 2}])
+    perform_published_events
+    expect(handled).to eq([{"n" => 2}, {"email" => "josé@例え.jp 🎉"}])
+    perform_published_events
+    expect(handled.size).to eq(2)
+    expect(Herald::Events.runtime.running?).to be(false)
+  end
+
+  it "lets a handler's error fail the example" do
+    Herald.publish("/signups", "boom")
+    expect { perform_published_events }.to raise_error(ArgumentError, "bad signup ü")
   end
 end

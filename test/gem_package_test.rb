@@ -26,13 +26,17 @@ class GemPackageTest < Minitest::Test
     %w[lib/herald.rb lib/herald-bus.rb exe/herald lib/herald/rack/herald.js lib/herald/server/public/index.html lib/herald/server/public/demo.js
       lib/herald/server/public/demo.css lib/herald/server/public/message-bus-ajax.js
       lib/action_cable/subscription_adapter/herald.rb lib/herald/cable/listener.rb
-      node_modules/message-bus-client/assets/message-bus.js node_modules/message-bus-client/LICENSE].each do |f|
+      node_modules/message-bus-client/assets/message-bus.js node_modules/message-bus-client/LICENSE LICENSE CHANGELOG.md].each do |f|
       assert_includes files, f
     end
     assert_equal [], files.grep(%r{\A(test|bench|vendor)/}), "no tests, benchmarks or bundled gems in the gem"
     spec = Gem::Package.new(build_gem).spec
     assert_equal "herald-bus", spec.name
     assert_equal RUNTIME.sort, spec.runtime_dependencies.map(&:name).sort, "puma, redis-client and pg are optional"
+    assert_equal [["MIT"], "true"], [spec.licenses, spec.metadata["rubygems_mfa_required"]]
+    assert_includes File.read(File.join(ROOT, "LICENSE")), "Copyright (c) 2026 Herald team"
+    # Ready for `gem push`: no warning but the missing homepage (no public address yet, see the gemspec).
+    assert_equal ["WARNING:  no homepage specified"], @build_output.lines.grep(/WARNING/).map(&:strip).grep_v(/ See https:/)
   end
 
   def test_installed_gem_serves_the_demo_and_names_missing_gems
@@ -52,12 +56,38 @@ class GemPackageTest < Minitest::Test
     assert_demo_served(home)
   end
 
+  # The README's first Rails step as a newcomer runs it: this repository cloned beside the app, the README's
+  # Gemfile lines in the app's Gemfile, then its `bundle install` as written, in an empty GEM_HOME holding only
+  # the runtime dependencies (the remote index is still read). The generator, the step's last line, needs Rails:
+  # test/rails/rails_app_test.rb runs it.
+  def test_the_readme_rails_install_lines_work_from_a_clone
+    section = File.read(File.join(ROOT, "README.md"))[/^## Installing in Rails\n.*?(?=^## )/m]
+    gemfile_lines = section[/```ruby\n# Gemfile\n(.*?)```/m, 1] or flunk "no Gemfile block in the README's Rails section"
+    commands = section[/```sh\n(bundle install\n.*?)```/m, 1].to_s.lines.map(&:strip)
+    assert_equal ["bundle install", "bin/rails generate herald:install"], commands
+    if (path = gemfile_lines[/^gem "herald-bus", path: "([^"]+)"/, 1])
+      out, st = Open3.capture2e(clean_env, "git", "clone", "--quiet", ROOT, File.expand_path(path, File.join(@tmp, "app")))
+      assert st.success?, out
+    end
+    FileUtils.mkdir_p(File.join(@tmp, "app"))
+    File.write(File.join(@tmp, "app", "Gemfile"), %(source "https://rubygems.org"\n) + gemfile_lines)
+    home = File.join(@tmp, "home")
+    RUNTIME.each { |name| link_gem(home, name) }
+    env = clean_env.merge("GEM_HOME" => home, "GEM_PATH" => home)
+    out, st = Open3.capture2e(env, *commands.first.split, chdir: File.join(@tmp, "app"))
+    assert st.success?, out
+    assert_includes File.read(File.join(@tmp, "app", "Gemfile.lock")).lines, "    herald-bus (#{Herald::VERSION})\n"
+    script = 'require "herald-bus"; bus = Herald::Bus.new(store: Herald::Store::Memory.new); bus.publish("/c", {"t" => "é"}); puts bus.backlog("/c").first.data["t"]'
+    out, st = Open3.capture2e(env, "bundle", "exec", "ruby", "-e", script, chdir: File.join(@tmp, "app"))
+    assert_equal ["é\n", true], [out, st.success?]
+  end
+
   private
 
   def build_gem
     @gem ||= File.join(@tmp, "herald-bus.gem").tap do |path|
-      out, st = Open3.capture2e(clean_env, "gem", "build", "herald-bus.gemspec", "--output", path, chdir: ROOT)
-      assert st.success?, out
+      @build_output, st = Open3.capture2e(clean_env, "gem", "build", "herald-bus.gemspec", "--output", path, chdir: ROOT)
+      assert st.success?, @build_output
     end
   end
 

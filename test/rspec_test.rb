@@ -15,6 +15,6 @@ class RSpecSuiteTest < Minitest::Test
     assert status.success?, "rspec --seed #{seed} failed:\n#{out}"
     examples = out[/(\d+) examples?, 0 failures/, 1]
     assert examples, out
-    assert_operator examples.to_i, :>=, 10, out
+    assert_operator examples.to_i, :>=, 12, out
   end
 end

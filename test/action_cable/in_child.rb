@@ -11,15 +11,17 @@ module Herald
     ROOT = File.expand_path("../..", __dir__)
 
     def run_cases(file, timeout: 600)
-      out = nil
-      status = nil
-      Open3.popen2e(RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-I", File.join(ROOT, "test"), file, "-v", *child_args, chdir: ROOT) do |_, io, thread|
-        out = Timeout.timeout(timeout, nil, "#{File.basename(file)} ran over #{timeout} s") { io.read }
+      out = err = status = nil
+      # Minitest reports on stdout, Herald's warnings go to stderr: read apart, the per-test lines stay whole.
+      Open3.popen3(RbConfig.ruby, "-I", File.join(ROOT, "lib"), "-I", File.join(ROOT, "test"), file, "-v", *child_args, chdir: ROOT) do |_, o, e, thread|
+        errors = Thread.new { e.read }
+        out = Timeout.timeout(timeout, nil, "#{File.basename(file)} ran over #{timeout} s") { o.read }
+        err = errors.value
         status = thread.value
       end
       summary = out[/^\d+ runs, .*$/]
       puts "\n#{File.basename(file)}: #{summary}", per_class(out) if ENV["VERBOSE"] || !status.success?
-      assert status.success?, out.lines.last(80).join
+      assert status.success?, (out + err).lines.last(80).join
       assert_match(/ 0 failures, 0 errors/, summary.to_s, out)
       summary
     end

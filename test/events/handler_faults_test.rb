@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "events_helper"
+require "securerandom"
 
 # Deferred handlers raising every kind of exception, with two worker processes sharing the subscribers'
 # leases (the Log store's flock), as a Puma cluster or a primary and a standby run them: nothing stalls, a
@@ -81,7 +82,21 @@ class HandlerFaultsTest < Minitest::Test
   # holder logs it, saves the cursor and frees the leases at once, and the standby process takes over from
   # the event in flight; nothing before it runs again, nothing stalls.
   def test_the_standby_takes_over_when_the_holders_worker_thread_dies
+    takeover_trial("Log store (flock leases)")
+  end
+
+  # The same on Redis, whose lease is a key renewed every 10 s by the holder (on 9129422 the renewer kept the
+  # dead thread's lease forever).
+  def test_the_standby_takes_over_on_redis_when_the_holders_worker_thread_dies
+    require_relative "../support/servers"
+    @redis = Herald::TestServers.redis_url # started here, not in each forked worker
+    @redis_ns = "hf#{SecureRandom.hex(4)}"
+    takeover_trial("Redis (key leases, 30 s TTL)")
+  end
+
+  def takeover_trial(label)
     dir = File.join(@tmp, "takeover")
+    FileUtils.mkdir_p(dir)
     total = 100
     publish_numbered(dir, 1..total)
     out, marker = File.join(dir, "handled"), File.join(dir, "died")
@@ -108,7 +123,7 @@ class HandlerFaultsTest < Minitest::Test
     bystander = rows.select { |r| r[0] == "Bystander" }.map { |r| r[2] }
     assert_equal (1..total + 20).to_a, bystander.uniq.sort, "the subscriber sharing the thread went on too"
     assert_match(/ERROR: deferred subscribers Mortal, Bystander: their worker thread was killed; leases released/, logs)
-    puts "\nworker thread killed by its handler in the lease holder: standby took over after #{(takeover * 1000).round} ms " \
+    puts "\n#{label}: worker thread killed by its handler in the lease holder: standby took over after #{(takeover * 1000).round} ms " \
       "at event #{standby[2]} (holder did 1..#{by_holder.last}), #{mortal.size} handled for #{total + 20} events, stalls 0"
   end
 
@@ -192,8 +207,13 @@ class HandlerFaultsTest < Minitest::Test
 
   private
 
+  def open_store(dir)
+    return Herald::Store::Log.new(dir: dir, fsync: :never) unless @redis
+    Herald::Store::Redis.new(url: @redis, namespace: @redis_ns)
+  end
+
   def publish_numbered(dir, range, pause: 0)
-    store = Herald::Store::Log.new(dir: dir, fsync: :never)
+    store = open_store(dir)
     range.each do |n|
       store.append("/events/herald/events_test_support/numbered", Herald::Codec::Event.encode(Numbered.new(n)),
         codec: Herald::Codec::Event, max_backlog_size: 100_000)
@@ -230,7 +250,7 @@ class HandlerFaultsTest < Minitest::Test
     Herald.reset!
     Herald::Events.registry.clear
     Herald.logger = ::Logger.new(log, formatter: proc { |sev, _, _, msg| "#{sev}: #{msg}\n" }) if log
-    Herald.configure { |c| c.store = store_class.new(dir: dir, fsync: :never) }
+    Herald.configure { |c| c.store = store_class.equal?(Herald::Store::Log) ? open_store(dir) : store_class.new(dir: dir, fsync: :never) }
   end
 
   def appender(path) = File.open(path, "a").tap { |f| f.sync = true }

@@ -12,6 +12,7 @@ class RailsIntegrationPointsTest < Minitest::Test
 
   def teardown
     Herald::Events.handler_wrapper = nil
+    Herald::Events.reload_check = nil
     Herald::Events.autostart = true
     Herald::Config.default_store = nil
     super
@@ -48,6 +49,47 @@ class RailsIntegrationPointsTest < Minitest::Test
     assert_equal [:new, {"n" => "ü"}], Timeout.timeout(5) { seen.pop }
     sleep 0.1
     assert seen.empty?, "no duplicate: #{seen.size} more calls"
+  end
+
+  # Development: a new file in app/subscribers. The pool's reload check (what the Railtie sets: reloader,
+  # to_prepare, eager_load_dir) declares the class; the running workers adopt it. It handles what was
+  # published from the last check before it appeared on, not what came earlier; the pool ran with no
+  # deferred subscriber at all before.
+  def test_a_new_deferred_subscriber_file_is_picked_up_by_the_running_workers
+    use_store(log_store)
+    seen = Queue.new
+    file_added = false
+    checks = 0
+    Herald::Events.reload_check = lambda do
+      checks += 1
+      reload_subscriber("NewFile", "/orders", deferred: true) { |event, _| seen << event["n"] } if file_added && !defined?(@added)
+      @added = true if file_added
+    end
+    Herald.start_workers
+    assert Herald::Events.runtime.running?, "a pool that can reload runs with no subscriber yet"
+    Herald.publish_event({"n" => 1}, channel: "/orders")
+    eventually { checks >= 2 } # the check after event 1: it was there before the file
+    file_added = true
+    Herald.publish_event({"n" => "ü 2"}, channel: "/orders") # after the file, before the reload saw it
+    assert_equal "ü 2", Timeout.timeout(5) { seen.pop }
+    Herald.publish_event({"n" => 3}, channel: "/orders")
+    assert_equal 3, Timeout.timeout(5) { seen.pop }
+    sleep 0.2
+    assert seen.empty?, "event 1 came before the subscriber existed"
+  end
+
+  # A class declared late (required after the workers started) joins on the next publish_event.
+  def test_a_deferred_subscriber_declared_while_workers_run_joins_them
+    use_store(log_store)
+    seen = Queue.new
+    reload_subscriber("First", "/a", deferred: true) { |event, _| seen << [:first, event] }
+    Herald.start_workers
+    reload_subscriber("Second", "/b", deferred: true) { |event, _| seen << [:second, event] }
+    Herald.publish_event("é", channel: "/b")
+    Herald.publish_event("ü", channel: "/a")
+    got = Array.new(2) { Timeout.timeout(5) { seen.pop } }
+    assert_equal [[:first, "ü"], [:second, "é"]], got.sort_by(&:first)
+    assert_equal %w[First Second], Herald::Events.runtime.workers.map(&:name)
   end
 
   def test_handlers_run_inside_the_wrapper

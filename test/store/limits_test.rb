@@ -89,6 +89,8 @@ module StoreLimitsTests
       rescue Herald::Error => e
         refused[e.class] += 1
         foreign << "#{name} with #{value.inspect}: #{e.class} without a message" if e.message.to_s.empty?
+        # What the argument was refused for, never a failure of the store reported for it (a StoreError).
+        foreign << "#{name} with #{value.inspect}: #{e.class}: #{e.message}" unless e.is_a?(Herald::InvalidArgumentError) || e.is_a?(Herald::EventEncodingError)
         stored = @store.last_global_id - before
         foreign << "#{name} with #{value.inspect} raised #{e.class} but stored #{stored}" if name.match?(/publish|append/) && stored != 0
       rescue Exception => e # standard:disable Lint/RescueException

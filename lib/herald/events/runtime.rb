@@ -33,7 +33,9 @@ module Herald
         registry = Events.registry
         channel ||= registry.channel_for(event.class)
         channel = bus.check_channel!(channel) # the same names as Bus#publish: events append through the store itself
-        start(bus) unless @pool || @checked == registry.generation || !Events.autostart
+        if @checked != registry.generation
+          @pool ? adopt(bus.store.last_global_id) : (start(bus) if Events.autostart)
+        end
         return store(event, channel, bus, registry) unless Instrumentation.listening?(PUBLISH)
         payload = {channel: channel, event: event}
         Instrumentation.instrument(PUBLISH, payload) { payload[:message] = store(event, channel, bus, registry) }
@@ -44,7 +46,23 @@ module Herald
           return @pool if @pool || @stopped
           @checked = Events.registry.generation
           deferred = Events.registry.deferred
-          @pool = WorkerPool.new(store: bus.store, subscribers: deferred, threads: threads) unless deferred.empty?
+          refresh = -> { refresh(bus) } if Events.reload_check
+          return if deferred.empty? && !refresh
+          @refresh_seen = bus.store.last_global_id if refresh
+          @pool = WorkerPool.new(store: bus.store, subscribers: deferred, threads: threads, refresh: refresh)
+        end
+      end
+
+      # Deferred subscribers declared since the workers started (a reload in development, a class
+      # required late) join the running pool; `seen`: the last global id from before they were declared.
+      def adopt(seen)
+        @lock.synchronize do
+          registry = Events.registry
+          return if @pool.nil? || @checked == registry.generation
+          @checked = registry.generation
+          running = @pool.workers.map(&:name)
+          added = registry.deferred.reject { |s| running.include?(s.subscriber_name) }
+          @pool.add(added, now: seen) unless added.empty?
         end
       end
 
@@ -69,6 +87,16 @@ module Herald
       end
 
       private
+
+      # Called by the pool about every second when Events.reload_check is set: new code first, then new
+      # subscribers. One found now was not there at the previous check, which came after the id read then:
+      # they start after that id, so nothing published once the file appeared is missed.
+      def refresh(bus)
+        before = @refresh_seen
+        @refresh_seen = bus.store.last_global_id
+        Events.reload_check.call
+        adopt(before || @refresh_seen)
+      end
 
       def store(event, channel, bus, registry)
         msg = bus.store.append(channel, Codec::Event.encode(event), codec: Codec::Event,
@@ -98,6 +126,10 @@ module Herald
       # False: publish_event never starts workers; only Herald.start_workers does (the Railtie turns it off,
       # so `rails runner` and rake publish without taking leases; the Puma plugin starts them in servers).
       attr_accessor :autostart
+
+      # A callable the worker pool calls about every second, reloading changed code (the Railtie sets one in
+      # development, so a new file in app/subscribers runs without a restart). nil: no reloading.
+      attr_accessor :reload_check
 
       def around_handler(deferred: false, &block) = @handler_wrapper ? @handler_wrapper.call(deferred: deferred, &block) : yield
 

@@ -31,7 +31,7 @@ module Herald
 
       attr_reader :subscriber, :name, :cursor, :error
 
-      def initialize(subscriber, store:, stopper:)
+      def initialize(subscriber, store:, stopper:, now: nil)
         @subscriber = subscriber
         @name = subscriber.subscriber_name
         @store = store
@@ -44,7 +44,7 @@ module Herald
         @lease = nil
         @epoch = nil # the store's epoch the lease and cursor belong to
         @next_lease_try = 0.0
-        @start = (subscriber.herald_start == :oldest) ? 0 : store.last_global_id
+        @start = (subscriber.herald_start == :oldest) ? 0 : now || store.last_global_id
         @cursor = 0
         @saved = 0
         @saved_at = 0.0
@@ -129,6 +129,7 @@ module Herald
         @next_lease_try = now + LEASE_RETRY
         @epoch = @store.known_epoch # before the lease and cursor: a reset after it is seen by the next step
         @cursor_epoch ||= @epoch # the epoch this process first saw: see after_reset
+        @start = 0 if @cursor_epoch != @epoch # a standby that saw a reset: a missing cursor went with the old store
         lease = @store.lease(@name) or return false
         begin
           @saved = @store.load_cursor(@name, default: nil) || first_cursor

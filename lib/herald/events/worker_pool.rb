@@ -38,6 +38,7 @@ module Herald
     # (woken by appends from any process) when none had work. No per-event handoff between threads.
     class WorkerPool
       IDLE_WAIT = 0.25
+      REFRESH_EVERY = 1.0 # seconds between calls of `refresh` (development: code reloading)
       LINGER = 0.005
       SMALL_BATCH = 256
 
@@ -53,15 +54,19 @@ module Herald
       end
 
       # on_error(error, names) is called with what a worker thread raised (it then waits IDLE_WAIT and goes
-      # on) and with what stopped a subscriber (FATAL).
-      def initialize(store:, subscribers:, threads:, on_error: nil)
+      # on) and with what stopped a subscriber (FATAL). refresh, when given, is called by the first thread
+      # about every REFRESH_EVERY seconds (the runtime reloads code and adds new subscribers with #add);
+      # that thread runs even with no subscriber yet.
+      def initialize(store:, subscribers:, threads:, on_error: nil, refresh: nil)
         @store = store
         @stopper = Stopper.new
         @on_error = on_error || LOG_ERROR
+        @refresh = refresh
+        @next_refresh = 0.0
         @workers = subscribers.map { |s| Worker.new(s, store: store, stopper: @stopper) }
         @resting = {} # worker => until when it is left alone after an error outside its handler
         @lock = Mutex.new
-        groups = Array.new([threads, @workers.size].min) { [] }
+        groups = Array.new(@workers.size.clamp(refresh ? 1 : 0, threads)) { [] }
         @workers.each_with_index { |w, i| groups[i % groups.size] << w }
         @threads = []
         groups.each_with_index { |group, slot| @lock.synchronize { @threads[slot] = start_thread(group, slot) } }
@@ -83,6 +88,17 @@ module Herald
       end
 
       def forget_after_fork = @workers.each(&:forget_after_fork)
+
+      # Subscribers declared while the pool runs (a new file in development): a thread of their own. A new
+      # one with no cursor starts after `now`, the last global id seen before it was declared.
+      def add(subscribers, now:)
+        @lock.synchronize do
+          return if @stopper.stopped?
+          added = subscribers.map { |s| Worker.new(s, store: @store, stopper: @stopper, now: now) }
+          @workers += added
+          @threads << start_thread(added, @threads.size)
+        end
+      end
 
       private
 
@@ -110,7 +126,7 @@ module Herald
       def run(workers, slot)
         ended = false
         begin
-          serve(workers)
+          serve(workers, slot)
           ended = true
         rescue ClosedError
           ended = true # the store was closed under us: nothing left to read
@@ -127,8 +143,9 @@ module Herald
         end
       end
 
-      def serve(workers)
+      def serve(workers, slot)
         until @stopper.stopped?
+          refresh if slot.zero? && @refresh && monotonic >= @next_refresh
           seen = @store.last_global_id
           read = 0
           workers.each { |w| read += step(w) }
@@ -138,6 +155,16 @@ module Herald
             @stopper.sleep(LINGER)
           end
         end
+      end
+
+      # A failed reload (a syntax error in a file being edited) is logged; the next refresh tries again.
+      def refresh
+        @next_refresh = monotonic + REFRESH_EVERY
+        @refresh.call
+      rescue *Delivery::STOPS, *STORE_ERRORS
+        raise
+      rescue Exception => e # standard:disable Lint/RescueException
+        Herald.logger.error "reloading deferred subscribers failed: #{Delivery.describe(e)}"
       end
 
       # One subscriber's failure outside its handler (an event it cannot decode, a dead letter it cannot

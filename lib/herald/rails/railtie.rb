@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "quiet_polls"
+require_relative "helper"
 require_relative "versions"
 
 if defined?(::Rails::VERSION::STRING)
@@ -34,6 +35,13 @@ module Herald
       ::Rails.autoloaders.main.eager_load_dir(dir.to_s) if dir.directory?
     end
 
+    # Development: the workers' pool asks about every second, so a new file in app/subscribers is loaded
+    # (and its deferred subscriber started) on the next reload, even when no request comes to reload first.
+    def self.reload_check(app)
+      reloading = app.config.respond_to?(:reloading_enabled?) ? app.config.reloading_enabled? : !app.config.cache_classes
+      -> { app.reloader.wrap {} if app.reloader.check! } if reloading
+    end
+
     def self.forget_unloaded(value)
       Events.registry.unregister(value) if value.is_a?(Class) && value.include?(Herald::Subscriber)
     end
@@ -46,6 +54,17 @@ module Herald
 
       initializer "herald.logger" do
         Herald.logger = ::Rails.logger if ::Rails.logger
+      end
+
+      # What strict JSON refuses (a Time, a BigDecimal, a model, anything with as_json) is encoded as Rails
+      # encodes JSON, so Herald.publish sends what ActionCable.server.broadcast would.
+      initializer "herald.helper" do
+        ActiveSupport.on_load(:action_view) { include Herald::Rails::Helper }
+      end
+
+      initializer "herald.json" do
+        require "active_support/json"
+        Herald::Codec::Json.fallback = ActiveSupport::JSON
       end
 
       # Nothing is opened here: the bus is built on first publish, poll or worker start.
@@ -70,6 +89,7 @@ module Herald
       initializer "herald.subscribers" do |app|
         Herald::Events.autostart = false # workers start in servers (plugin :herald) or by Herald.start_workers
         Herald::Events.handler_wrapper = Herald::Rails.handler_wrapper(app)
+        Herald::Events.reload_check = Herald::Rails.reload_check(app)
         ::Rails.autoloaders.main.on_unload { |_cpath, value, _path| Herald::Rails.forget_unloaded(value) }
         app.config.to_prepare { Herald::Rails.load_subscribers(app) }
       end

@@ -57,10 +57,10 @@ module Herald
 
       # What a store's append is given, checked before anything is stored: channel a String, site id nil or
       # a String, the data the codec's String within the store's max_payload_bytes, created_at nil or a
-      # finite number of seconds. The Bus has checked the names further (UTF-8, sizes); this is what a store
+      # finite number of seconds. The Bus has checked the names further (sizes); this is what a store
       # needs to keep, and give back, what it acknowledges.
       def self.validate_append!(channel, site_id, payload, limit, created_at)
-        return if channel.is_a?(String) && (site_id.nil? || site_id.is_a?(String)) && payload.is_a?(String) &&
+        return if text?(channel) && (site_id.nil? || text?(site_id)) && payload.is_a?(String) &&
           payload.bytesize <= limit && (created_at.nil? || created_at.is_a?(Float) && created_at.finite?)
         validate_key!(channel, site_id, InvalidMessageError)
         validate_payload!(payload, limit)
@@ -68,11 +68,18 @@ module Herald
         raise InvalidMessageError, "created_at must be nil or a finite number of seconds since the epoch, got #{shown(created_at)}"
       end
 
-      # A channel and site id handed to a store: its keys are made of them.
+      # A channel and site id handed to a store: its keys are made of them, read back as UTF-8 (PostgreSQL
+      # keeps them as text, which refused other bytes with a StoreError).
       def self.validate_key!(channel, site_id, error = InvalidArgumentError)
-        raise error, "channel must be a String, got #{shown(channel)}" unless channel.is_a?(String)
-        return if site_id.nil? || site_id.is_a?(String)
-        raise error, "a store's site_id is nil or a String, got #{shown(site_id)}"
+        raise error, "channel must be a UTF-8 String, got #{shown(channel)}" unless text?(channel)
+        return if site_id.nil? || text?(site_id)
+        raise error, "a store's site_id is nil or a UTF-8 String, got #{shown(site_id)}"
+      end
+
+      # UTF-8 text, or ASCII in any encoding (Rack's binary env strings, Integer#to_s): both checks read the
+      # String's cached code range, so a name checked once costs nothing more.
+      def self.text?(value)
+        value.is_a?(String) && value.valid_encoding? && (value.encoding == Encoding::UTF_8 || value.ascii_only?)
       end
 
       def self.validate_keys!(channels, site_id)

@@ -78,7 +78,7 @@ module Herald
         msg = @lock.synchronize { append_locked(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age) }
         # Other processes first: waking this process's event loop first let it take the GVL before the
         # pokes went out (reading the wakeup directory releases it), and hold it for its whole fan-out.
-        @wakeup.notify(@used_at)
+        @wakeup&.notify(@used_at) # (nil while a replaced directory is being opened: Replacement)
         @watchers.call
         # The write keeps Ruby's GVL (Segment#write), so a thread publishing in a loop would hold it until
         # Ruby's 100 ms time slice ends: the wakeup listener (another process asking for the write lease,
@@ -162,11 +162,12 @@ module Herald
           @appended.broadcast
         end
         return if ForkTracker.forked?(@pid) # the parent's files and sockets are the parent's to close
-        @wakeup.close
+        @wakeup&.close
         @syncer.stop
         final_sync
         release_ids
         @segments.each(&:close)
+        @retired_segments&.each { |segment| segment.close unless segment.closed? } # (Replacement)
         @lock.synchronize { drop_lease } if @write_lock # a forked child may share the descriptor: closing is not enough
         @write_lock&.close
         @waiters&.close

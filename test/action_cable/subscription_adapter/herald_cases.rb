@@ -54,7 +54,7 @@ class HeraldCableAdapterTest < Minitest::Test
   # 1 MB and 10 MB, non-ASCII, emoji, NUL, empty, JSON with escapes, and bytes that are not UTF-8.
   def payloads
     rng = Random.new(seed = Random.new_seed % 100_000)
-    puts "payload seed #{seed}" if ENV["VERBOSE"]
+    warn "payload seed #{seed}" if ENV["VERBOSE"]
     alphabet = ["a", "é", "中", "🎉", "\u0000", "\"", "\\", "<turbo-stream>", "\n"]
     [
       "", "héllo wörld ✓", "🎉" * 1000, "a\u0000b", %({"message":"<turbo-stream action=\\"append\\">ü</turbo-stream>"}),

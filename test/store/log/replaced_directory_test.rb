@@ -117,6 +117,52 @@ class LogReplacedDirectoryTest < Minitest::Test
     other.close
   end
 
+  # Three threads keep publishing (fsync :always and :interval) while another process replaces the
+  # directory five times: no publish raises (a group commit's leader in fdatasync on a file the reset closed
+  # raised IOError; a wakeup being replaced, NoMethodError), the store ends on the directory's epoch with its
+  # records in order, and a subscription delivers the last directory's messages, in order, after the others.
+  def test_publishers_keep_publishing_through_replacements
+    %i[always interval].each do |fsync|
+      FileUtils.rm_rf(@dir)
+      store = Herald::Store::Log.new(dir: @dir, fsync: fsync)
+      bus = Herald::Bus.new(store: store).tap { |b| (@buses ||= []) << b }
+      got = Queue.new
+      bus.subscribe("/t") { |msg| got << msg.data }
+      errors = Queue.new
+      stop = false
+      publishers = Array.new(3) do |t|
+        Thread.new do
+          i = 0
+          until stop
+            begin
+              bus.publish("/t", [t, i += 1])
+            rescue => e
+              errors << "#{e.class}: #{e.message}"
+            end
+            sleep 0.001 if t.zero?
+          end
+        end
+      end
+      5.times do |round|
+        sleep 0.2
+        in_child { replace_and_publish(Array.new(5) { |i| "#{round}.#{i}" }, channel: "/t") }
+      end
+      sleep 0.3
+      stop = true
+      publishers.each(&:join)
+      assert_empty Array.new(errors.size) { errors.pop }.uniq.first(3), "fsync #{fsync}"
+      fresh = Herald::Store::Log.new(dir: @dir)
+      stored = fresh.global_backlog(0)
+      assert_equal fresh.epoch, wait_for { store.known_epoch == fresh.epoch && store.known_epoch }
+      assert_equal stored.map(&:global_id).sort, stored.map(&:global_id)
+      wait_for { got.size >= stored.size }
+      sleep 0.2
+      delivered = Array.new(got.size) { got.pop }
+      assert_equal stored.map(&:data), delivered.last(stored.size), "fsync #{fsync}: the last directory's messages"
+      fresh.close
+    end
+  end
+
   private
 
   def open_bus
@@ -139,11 +185,11 @@ class LogReplacedDirectoryTest < Minitest::Test
     assert $?.success?, "the child failed"
   end
 
-  def replace_and_publish(texts)
+  def replace_and_publish(texts, channel: "/chat")
     FileUtils.rm_rf(@dir)
     FileUtils.mkdir_p(@dir)
     bus = Herald::Bus.new(store: Herald::Store::Log.new(dir: @dir))
-    texts.each { |t| bus.publish("/chat", {"text" => t}) }
+    texts.each { |t| bus.publish(channel, {"text" => t}) }
     bus.close
   end
 

@@ -159,7 +159,7 @@ module Herald
           started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
           @syncer.sync_now(segment)
           @sync_took = Process.clock_gettime(Process::CLOCK_MONOTONIC) - started
-          @wakeup.notify
+          @wakeup&.notify
           nil
         rescue => e
           e

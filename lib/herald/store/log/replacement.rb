@@ -74,15 +74,19 @@ module Herald
           @replaced_from = nil
           @wakeup = new_wakeup
           announce_reset(old_epoch)
+        ensure
+          @wakeup ||= new_wakeup # failed (the new META damaged, say): a listener looks again, as does the next writer
         end
 
         # The old directory's files: they are deleted, nothing in them needs saving or giving back. A watch
         # socket an event loop selects on stays open (it is that loop's to cancel); the loop is woken
-        # through the new listener meanwhile.
+        # through the new listener meanwhile. The old segments stay open until the store closes: a group
+        # commit's leader may be in fdatasync on one, outside the lock, and closing it under that thread
+        # raised IOError ("stream closed in another thread") out of its publish once the commit was done.
         def let_go_of_directory
           @wakeup&.retire
           @wakeup = nil
-          @segments.each { |segment| segment.close unless segment.closed? }
+          (@retired_segments ||= []).concat(@segments)
           drop_lease if @write_lock && !@write_lock.closed?
           [@write_lock, @waiters, @reservation].each { |f| f&.close }
         rescue IOError, SystemCallError

@@ -77,6 +77,8 @@ module Herald
             nil
           end
           dead&.each { |name| forget(name) }
+        rescue IOError
+          nil # retired meanwhile (the directory was replaced): the new Wakeup pokes the new directory's stores
         end
 
         # Wakes this store's own listener (it recomputes how long to wait: see WriteLease#lease_tick).
@@ -140,6 +142,7 @@ module Herald
         # directory was replaced; an event loop selecting on one cancels it itself). Called by the listener
         # thread itself, it lets it finish: the next wait finds the socket closed.
         def retire
+          @retired = true # (a listener without a socket has no closed socket to stop at)
           @thread.kill unless @thread.equal?(Thread.current)
           @socket&.close
           @sender.close
@@ -166,7 +169,7 @@ module Herald
 
         def listen
           timeout = POLL
-          loop do
+          until @retired
             asked = false
             if @socket
               IO.select([@socket], nil, nil, timeout)
@@ -180,8 +183,8 @@ module Herald
             call(@on_wake)
             timeout = (@on_tick&.call || POLL).clamp(0.001, POLL)
           end
-        rescue IOError
-          nil # closed
+        rescue IOError, Errno::EBADF
+          nil # closed (EBADF: by a retire on another thread, before this thread's kill took effect)
         end
 
         def call(callback)
