@@ -65,6 +65,7 @@ require_relative "herald/events/inline_runner"   # deferred subscribers on the c
 require_relative "herald/events/runtime"         # publish_event, start_workers, shutdown, fork hook
 require_relative "herald/events/signals"         # SIGTERM -> graceful shutdown
 # HTTP: the message_bus protocol, SSE and MessagePack over Rack (the server and Rails load on demand).
+require_relative "herald/rack/env_keys"          # the env keys Herald's HTTP layers pass to each other
 require_relative "herald/rack/wire"              # the bytes of a message on the wire, built once per process
 require_relative "herald/rack/poll_request"      # parsing and checking what a client sends
 require_relative "herald/rack/client"            # who polls, where it is, what it may see

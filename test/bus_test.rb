@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "test_helper"
+require "delegate"
 
 class BusTest < Minitest::Test
   def setup
@@ -171,6 +172,47 @@ class BusTest < Minitest::Test
     bus.publish("/c", "after")
     seen = Array.new(4) { Timeout.timeout(5) { got.pop } }
     assert_equal ["after", "before", "second after", "second before"], seen.sort
+  ensure
+    bus&.close
+  end
+
+  # The dispatcher reads in batches (Bus::BATCH); after a read fails between batches (a lost connection) it
+  # reads again from where its round began, and each subscription's own position keeps what it delivered
+  # from being delivered again.
+  def test_a_read_failing_between_batches_delivers_nothing_twice
+    store = Class.new(SimpleDelegator) do
+      attr_accessor :fail_after
+      def global_backlog(last_id = 0, limit: nil)
+        if fail_after && last_id >= fail_after
+          self.fail_after = nil
+          raise Herald::ConnectionError, "connection lost (injected)"
+        end
+        __getobj__.global_backlog(last_id, limit: limit)
+      end
+    end.new(Herald::Store::Memory.new)
+    bus = Herald::Bus.new(store: store, on_error: ->(*) {})
+    got = []
+    first = Queue.new
+    release = Queue.new
+    bus.subscribe("/b") do |msg|
+      if got.empty?
+        first << true
+        release.pop # the dispatcher waits inside its round while the rest are published
+      end
+      got << msg.message_id
+    end
+    sleep 0.3 # the subscription is live
+    bus.publish("/b", 1, max_backlog_size: 10_000) # all of them retained
+    first.pop
+    total = 2 * Herald::Bus::BATCH + 500
+    (total - 1).times { |i| bus.publish("/b", i + 2, max_backlog_size: 10_000) }
+    store.fail_after = Herald::Bus::BATCH + 1 # the read after the first full batch fails once
+    release << true
+    deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + 10
+    sleep 0.05 until got.size >= total || Process.clock_gettime(Process::CLOCK_MONOTONIC) > deadline
+    sleep 0.3 # a repeat would come now
+    assert_nil store.fail_after, "the injected failure happened"
+    assert_equal (1..total).to_a, got, "every message once, in order"
   ensure
     bus&.close
   end

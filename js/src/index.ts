@@ -10,3 +10,5 @@ export { MessagePackReader, JsonStreamReader, JsonBodyReader, readerFor, SEPARAT
 export type { BodyReader, Sink } from "./framing.js";
 export { createMessageBus } from "./facade.js";
 export type { MessageBusFacade, MessageBusCallback } from "./facade.js";
+export { defineSubscriptionElement } from "./element.js";
+export type { HeraldMessageDetail } from "./element.js";

@@ -35,6 +35,37 @@ class CableRestartTest < Minitest::Test
     restarted(logged: false) { Herald::TestServers.crash_postgres_server!(@server) }
   end
 
+  # A log directory replaced under the running process (a new epoch, ids from 1 again): the subscription goes
+  # on with what is broadcast once its reader noticed, the reset is logged. Before, the reader waited for ids
+  # above its old cursor: the first 200 broadcasts after the reset were never delivered.
+  def test_subscribers_go_on_after_the_log_directory_is_replaced
+    dir = store_setting(:log)
+    cable = cable_server(store: dir)
+    rx = cable.pubsub
+    tx = cable.config.pubsub_adapter.new(cable)
+    queue = subscribed_queue(rx, "stream")
+    200.times { |i| tx.broadcast("stream", "before #{i}") }
+    assert_equal Array.new(200) { |i| "before #{i}" }, Array.new(200) { pop(queue) }
+    FileUtils.rm_rf(dir)
+    FileUtils.mkdir_p(dir)
+    fresh = Herald::Bus.new(store: Herald::Store::Log.new(dir: dir), codec: :raw) # a process started after it
+    channel = Herald::Cable.channel("stream")
+    probes = 0
+    eventually(timeout: 10, message: "nothing broadcast after the reset arrived") do
+      fresh.publish(channel, "probe #{probes += 1}")
+      sleep 0.2
+      !queue.empty?
+    end
+    assert_operator probes, :<, 50, "the new store's ids stay far below the old cursor"
+    5.times { |i| fresh.publish(channel, "after #{i}") }
+    got = []
+    got << pop(queue) until got.last == "after 4"
+    assert_equal Array.new(5) { |i| "after #{i}" }, got.reject { |m| m.start_with?("probe") }
+    assert_match(/the store was reset \(epoch \h+ -> \h+\)/, @log.string)
+  ensure
+    fresh&.close
+  end
+
   # A stalled server (SIGSTOP): subscribe and unsubscribe return at once, ActionCable's event loop keeps
   # running, a new subscription is not confirmed until the server answers, and then it receives.
   def test_a_stalled_redis_never_blocks_the_event_loop

@@ -69,10 +69,14 @@ class RailsAppTest < Minitest::Test
     started = monotonic
     @rails_env = "development"
     app = new_app(rails: RAILS)
+    pin_herald(app)
     port, puma_log = start_puma(app)
     browser = start_browser("http://127.0.0.1:#{port}", "development")
     check_development_live_messages(app, browser)
     check_development_reloads_the_subscriber(app)
+    check_development_new_subscriber_file(app)
+    check_test_helper_in_the_app(app)
+    check_turbo_drive_subscription(app, port)
     development_log = File.read(File.join(app, "log", "development.log"))
     refute_match(%r{message-bus/(?!herald\.js)}, development_log)
     check_logs(puma_log, File.join(app, "log", "development.log"))
@@ -91,6 +95,7 @@ class RailsAppTest < Minitest::Test
     @run = {app: app, url: "http://127.0.0.1:#{port}", puma_log: puma_log, puma_pid: puma_pid}
     log "Rails #{rails} with Puma #{puma_version(app)} (#{puma_log})"
     check_live_messages
+    check_rails_json
     check_deferred_exactly_once
     check_notifications
     check_turbo_streams unless oldest? # the default app brings turbo-rails and ActionCable
@@ -124,6 +129,25 @@ class RailsAppTest < Minitest::Test
     received = browser_results(browser, "1" => 2, "2" => 1)
     assert_equal [["/chat", {"text" => CHAT}], ["/private", {"text" => "only for user 1"}]], received["1"]
     assert_equal [["/chat", {"text" => CHAT}]], received["2"], "user 2 never sees user 1's message"
+  end
+
+  # What Rails apps publish (a render's SafeBuffer, a TimeWithZone, a BigDecimal, symbol keys): a client's poll
+  # reads what ActiveSupport::JSON.encode of the same value reads, as ActionCable.server.broadcast would send.
+  def check_rails_json
+    out = run!(@run[:app], "bin/rails", "runner", <<~RUBY)
+      value = {html: ApplicationController.render(inline: "<p><%= t %></p>", locals: {t: "é & 日本語 🎉"}),
+               at: Time.zone.local(2024, 1, 2, 3, 4, 5.678r), price: BigDecimal("19.99"), list: [:a, 1.5, nil]}
+      Herald.publish("/rails-json", value)
+      print ActiveSupport::JSON.encode(value)
+    RUBY
+    uri = URI("#{@run[:url]}/message-bus/rails-json-client/poll?dlp=t")
+    response = Net::HTTP.post(uri, JSON.generate({"/rails-json" => 0}), "Content-Type" => "application/json")
+    assert_equal "200", response.code
+    received = JSON.parse(response.body.force_encoding(Encoding::UTF_8)).find { |m| m["channel"] == "/rails-json" }
+    expected = JSON.parse(out)
+    assert_equal expected, received&.fetch("data"), "what a client receives"
+    assert_equal "<p>é &amp; 日本語 🎉</p>", expected["html"]
+    assert_equal "19.99", expected["price"]
   end
 
   def check_deferred_exactly_once
@@ -231,6 +255,55 @@ class RailsAppTest < Minitest::Test
     sleep 1 # a duplicate (old and new class both registered) would come now
     lines = File.readlines(handled).map { |l| l.split[2..].join(" ") }
     assert_equal ["100 v1", "101 edited-v2"], lines, "the edited code handles the next event, once"
+  end
+
+  # A new file in app/subscribers, no restart: the workers' reload check (about every second) loads it and
+  # its deferred subscriber handles what is published from then on, once across the two workers.
+  def check_development_new_subscriber_file(app)
+    out = File.join(app, "log", "new_file.txt")
+    File.write(File.join(app, "app", "subscribers", "new_file_logger.rb"), <<~'RUBY')
+      class NewFileLogger
+        include Herald::Subscriber
+        subscribe_to "/new-file"
+        deferred
+        def call(event, message) = Rails.root.join("log", "new_file.txt").open("a") { |f| f.puts "#{Process.pid} #{event["n"]}" }
+      end
+    RUBY
+    run!(app, "bin/rails", "runner", '3.times { |n| Herald.publish_event({"n" => n}, channel: "/new-file") }')
+    eventually(timeout: 30, message: "the new subscriber file was not picked up") { File.exist?(out) && File.readlines(out).size >= 3 }
+    sleep 1.5 # a duplicate from the other worker would come now
+    assert_equal %w[0 1 2], File.readlines(out).map { |l| l.split[1] }, "each event once, by the new file's subscriber"
+    log "a new file in app/subscribers picked up without a restart (worker #{File.readlines(out).first.split[0]})"
+  end
+
+  # The app's own test suite: Herald::TestHelper in `bin/rails test`, deferred subscribers run inline.
+  def check_test_helper_in_the_app(app)
+    out = run!(app, "bin/rails", "test", "test/herald_inline_test.rb", env: {"RAILS_ENV" => "test"})
+    assert_match(/2 runs, \d+ assertions, 0 failures, 0 errors/, out)
+  end
+
+  # The README's importmap line (config/importmap.rb), read from the README.
+  def pin_herald(app)
+    pin = File.read(README)[/^pin "herald", to: .*$/]
+    assert pin, "the README's importmap pin"
+    File.write(File.join(app, "config", "importmap.rb"), "#{File.read(File.join(app, "config", "importmap.rb"))}#{pin}\n")
+  end
+
+  # The README's page example (<%= herald_subscribe %>, fixture pages/feed with the importmap variant) under
+  # Turbo Drive: 10 visits, then one publish is shown once.
+  def check_turbo_drive_subscription(app, port)
+    dir = File.join(ARTIFACTS, name)
+    stdin, stdout, wait = Open3.popen2({"NODE_PATH" => File.join(ROOT, "node_modules")}, "node",
+      File.join(__dir__, "feed_check.mjs"), "http://127.0.0.1:#{port}", dir, chdir: ROOT)
+    @pids << wait.pid
+    assert_equal "ready\n", Timeout.timeout(120) { stdout.gets }
+    run!(app, "bin/rails", "runner", 'Herald.publish("/feed", {"text" => "once ✓ 日本語 🎉"})')
+    stdin.puts "go"
+    stdin.close
+    result = JSON.parse(Timeout.timeout(60) { stdout.gets }.to_s)
+    wait.value
+    assert_equal({"items" => ["once ✓ 日本語 🎉"], "marker" => "no full load", "subscriptions" => 1, "channels" => ["/feed"], "errors" => []}, result)
+    log "10 Turbo Drive visits, one publish shown once (importmap-rails pin, herald_subscribe)"
   end
 
   SLOW = (1000...1012).to_a

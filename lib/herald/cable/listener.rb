@@ -34,6 +34,7 @@ module Herald
         @lock = Mutex.new
         @ready = ConditionVariable.new # signalled when the reader has its cursor
         @cursor = nil # the reader's: the last global id read (nil until the store first answered)
+        @epoch = nil # the store's epoch that @cursor counts in
         @subscribers = {} # channel => Subscribed
         @pending = [] # [channel, callback, on_success] waiting for the activator
         @wakeups = Thread::Queue.new
@@ -89,10 +90,12 @@ module Herald
         failures = 0
         limit = BATCH
         begin
+          @epoch ||= @store.known_epoch
           start = @cursor || @store.last_global_id
           @lock.synchronize { @cursor = start.tap { @ready.broadcast } }
           until @stopped
             @store.wait(@cursor, timeout: WAIT_SLICE)
+            reset_position unless @store.known_epoch == @epoch
             deliver_new(limit)
             failures = recovered(failures, "reading broadcasts")
             limit = BATCH
@@ -104,6 +107,28 @@ module Herald
           limit = [limit / 10, 1].max
           retry unless @stopped
         end
+      end
+
+      # The store was reset (a flushed Redis, a replaced log directory: a new epoch). Where its ids went on
+      # above the cursor, reading goes on; where it numbers its messages again, reading starts from its last id
+      # and every subscription's floor comes down to it (else the first cursor-many broadcasts after the reset
+      # would never be delivered). What was broadcast between the reset and now is not delivered, and said.
+      def reset_position
+        epoch = @store.known_epoch
+        first = @store.global_backlog(0, limit: 1).first
+        unless first && first.global_id > @cursor
+          last = @store.last_global_id
+          Herald.logger.warn "ActionCable (adapter: herald): the store was reset (epoch #{@epoch} -> #{epoch}); " \
+            "reading on from its last id #{last} (was #{@cursor}): broadcasts between the reset and now were not delivered"
+          @cursor = last
+          @lock.synchronize do
+            @subscribers.each_value do |subscribed|
+              subscribed.last_id = nil
+              subscribed.entries.each { |e| e.floor = last if e.floor > last }
+            end
+          end
+        end
+        @epoch = epoch
       end
 
       def deliver_new(limit)

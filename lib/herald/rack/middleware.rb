@@ -167,7 +167,7 @@ module Herald
         skip_session(env) if env.key?("rack.session.options")
         accept = found[2] # this request's
         return Responder.cached(self, env, found[4]) unless @plain_headers && !accept&.include?(MSGPACK_TYPE)
-        env[Responder::SHARED_REPLY] = true
+        env[EnvKeys::SHARED_REPLY] = true
         [200, json_headers, [found[4]]]
       end
 

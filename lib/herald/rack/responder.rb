@@ -12,11 +12,6 @@ module Herald
       EPOCH_HEADER = "herald-epoch"
       EPOCH_SAFE = /\A[\x21-\x7e]{1,100}\z/
       POLL = "poll.herald"
-      # Set in the env of an immediate reply that depends only on the request and the store's contents,
-      # not on who asked: herald server's front end may give the same bytes, headers included, to the same
-      # request until the store changes (ReplyCache). Not with extra_response_headers_lookup: the middleware's
-      # own cache shares the body then, and the headers are looked up for each request.
-      SHARED_REPLY = "herald.shared_reply"
 
       # miss: the ReplyCache::Miss of this request (Middleware#cached): its body is the request's, and a
       # shareable reply is kept under its key.
@@ -34,7 +29,7 @@ module Herald
       def self.cached(middleware, env, body) = new(middleware, env, nil, nil).cached(body)
 
       def cached(body)
-        @env[SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
+        @env[EnvKeys::SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
         reply_of(body)
       end
 
@@ -177,11 +172,11 @@ module Herald
       # The reply depends only on the request and the store, not on who asked: not for an instrumented
       # request, lookups or filters (they see the env), a targeted message sent or withheld (client_ids:
       # the reply depends on the client id) or forced channels. Kept in the middleware's ReplyCache (the
-      # body; headers are built per request) and marked for herald server's front end (see SHARED_REPLY).
+      # body; headers are built per request) and marked for herald server's front end (see EnvKeys::SHARED_REPLY).
       def shared(response, msgs)
         return response if !cacheable? || @withheld || @env.key?("message_bus.channels") || !msgs.all?(&:public?)
         @miss&.cache&.store(@miss, response[2][0].freeze, @stamp)
-        @env[SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
+        @env[EnvKeys::SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
         response
       end
 

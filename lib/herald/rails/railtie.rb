@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "quiet_polls"
+require_relative "helper"
 require_relative "versions"
 
 if defined?(::Rails::VERSION::STRING)
@@ -57,6 +58,10 @@ module Herald
 
       # What strict JSON refuses (a Time, a BigDecimal, a model, anything with as_json) is encoded as Rails
       # encodes JSON, so Herald.publish sends what ActionCable.server.broadcast would.
+      initializer "herald.helper" do
+        ActiveSupport.on_load(:action_view) { include Herald::Rails::Helper }
+      end
+
       initializer "herald.json" do
         require "active_support/json"
         Herald::Codec::Json.fallback = ActiveSupport::JSON

@@ -218,9 +218,9 @@ module Herald
         stamp = @cache.stamp if miss
         env = rack_env(conn, env, body)
         status, headers, rbody = call_app(env)
-        return if env["herald.hijacked"]
+        return if env[Rack::EnvKeys::HIJACKED]
         bytes = respond(conn, env, status, headers, rbody, keep)
-        @cache.store(miss, bytes.dup.freeze, stamp) if miss && status == 200 && env[Rack::Responder::SHARED_REPLY]
+        @cache.store(miss, bytes.dup.freeze, stamp) if miss && status == 200 && env[Rack::EnvKeys::SHARED_REPLY]
       end
 
       # The ReplyCache's whole HTTP reply for a repeated poll (a String), a ReplyCache::Miss, or nil.
@@ -286,7 +286,7 @@ module Herald
       # The middleware takes the socket (a parked poll, a stream): this loop forgets it. It may run on a
       # pool thread (an app that hijacks), so the selector is only touched from the loop.
       def hijack(conn, env)
-        env["herald.hijacked"] = true
+        env[Rack::EnvKeys::HIJACKED] = true
         env["rack.hijack_io"] = conn.io
         if Thread.current.equal?(@thread)
           @conns.delete(conn)
@@ -441,7 +441,7 @@ module Herald
       # What goes back to the loop: the reply to write, or how the connection ends.
       def run_job(conn, env, keep)
         status, headers, body = call_app(env)
-        return [conn, :hijacked] if env["herald.hijacked"]
+        return [conn, :hijacked] if env[Rack::EnvKeys::HIJACKED]
         return [conn, env, status, headers, body, keep] if body.is_a?(Array)
         [conn, stream(conn, env, status, headers, body, keep)]
       rescue => e # a body that fails while streaming: the connection ends, the thread stays

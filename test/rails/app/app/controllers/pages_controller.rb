@@ -7,6 +7,10 @@ class PagesController < ApplicationController
   def turbo
   end
 
+  def feed
+    render layout: "feed"
+  end
+
   # A session-based sign-in, as an app without Devise has it.
   def login
     session[:user_id] = Integer(params[:user_id])

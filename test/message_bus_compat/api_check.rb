@@ -1,0 +1,63 @@
+# frozen_string_literal: true
+
+# Checks of the drop-in's API that message_bus's specs leave out; run in a child process by
+# test/message_bus_compat_test.rb (it defines MessageBus). Raises on the first difference.
+require "herald/message_bus"
+require "rack"
+require "rack/mock"
+require "json"
+
+def check(what, expected, actual)
+  raise "#{what}: expected #{expected.inspect}, got #{actual.inspect}" unless expected == actual
+end
+
+def wait_until
+  deadline = Time.now + 5
+  sleep 0.01 until yield || Time.now > deadline
+end
+
+MessageBus.configure(backend: :memory)
+MessageBus.user_id_lookup { |env| env["HTTP_X_USER"]&.to_i }
+got = []
+blk = MessageBus.subscribe("/c") { |m| got << m.data }
+check "subscribe returns the block", Proc, blk.class
+MessageBus.publish("/c", "one")
+wait_until { got.size == 1 }
+MessageBus.unsubscribe("/c", &blk)
+MessageBus.publish("/c", "two")
+sleep 0.3
+check "unsubscribe stops delivery", ["one"], got
+check "last_ids", {"/c" => 2, "/none" => 0}, MessageBus.last_ids("/c", "/none")
+
+# "global_id|message_id|channel|data", a | in a channel written $$123$$, non-ASCII data kept.
+msg = MessageBus::Message.new(7, 3, "/a|b", "héllo|😀")
+check "encode", "7|3|/a$$123$$b|héllo|😀", msg.encode
+back = MessageBus::Message.decode(msg.encode)
+check "decode", [7, 3, "/a|b", "héllo|😀"], back.to_a
+
+# The middleware answers message_bus's poll with the module's lookups: a message for user 5 reaches user 5 only.
+MessageBus.publish("/private", "secret", user_ids: [5])
+app = MessageBus::Rack::Middleware.new(->(_env) { [404, {}, ["app"]] })
+poll = ->(user) do
+  env = Rack::MockRequest.env_for("/message-bus/abc/poll?dlp=t", :method => "POST", :params => {"/private" => "0"}, "HTTP_X_USER" => user.to_s)
+  _status, _headers, body = app.call(env)
+  text = +""
+  body.each { |part| text << part }
+  JSON.parse(text).map { |m| m["data"] }
+end
+check "user 5 gets its message", ["secret"], poll.call(5)
+check "user 6 does not (a status reply instead)", false, poll.call(6).include?("secret")
+MessageBus.destroy
+
+# Nothing configured: Herald's own default bus, on the embedded log ($HERALD_DIR); destroy leaves it to Herald.
+require "tmpdir"
+Dir.mktmpdir do |dir|
+  ENV["HERALD_DIR"] = dir
+  bus = MessageBus::Instance.new
+  bus.publish("/d", "ünïcode")
+  check "the default bus", [true, Herald::Store::Log], [bus.herald_bus.equal?(Herald.bus), Herald.bus.store.class]
+  bus.destroy
+  check "Herald's bus outlives destroy", ["ünïcode"], Herald.backlog("/d").map(&:data)
+  Herald.reset!
+end
+puts "api ok"

@@ -1,0 +1,48 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require_relative "message_bus_compat/run"
+require "stringio"
+
+# message_bus 4.5.1's own specs, unedited, against Herald's drop-in and against message_bus itself. Each run is
+# a child process: `require "herald/message_bus"` and the message_bus gem both define MessageBus, and other
+# tests in this process load the gem.
+class MessageBusCompatTest < Minitest::Test
+  def run_specs(target, backend = "memory")
+    out = StringIO.new
+    counts, unexpected = MessageBusCompat.run(target: target, backend: backend, out: out)
+    puts out.string.lines.reject { |l| l.start_with?("passed") }.join
+    [counts, unexpected, out.string]
+  end
+
+  def test_the_drop_in_passes_message_bus_specs_on_memory
+    counts, unexpected, out = run_specs("dropin")
+    assert_empty unexpected, out
+    assert_operator counts[:passed], :>=, 44, out
+    assert_equal MessageBusCompat::NOT_APPLICABLE.size, counts[:not_applicable], out
+  end
+
+  # Herald's embedded log (a fresh directory): here the fork spec runs too (message_bus skips it on memory).
+  def test_the_drop_in_passes_message_bus_specs_on_the_embedded_log
+    counts, unexpected, out = run_specs("dropin", "log")
+    assert_empty unexpected, out
+    assert_operator counts[:passed], :>=, 45, out
+    assert_equal MessageBusCompat::NOT_APPLICABLE.size, counts[:not_applicable], out
+  end
+
+  # The harness is faithful: message_bus passes its own specs through it, the not-applicable ones included.
+  def test_message_bus_passes_its_own_specs_through_the_harness
+    counts, unexpected, out = run_specs("message_bus")
+    assert_empty unexpected, out
+    assert_equal 0, counts[:failed], out
+    assert_operator counts[:passed], :>=, 46, out
+  end
+
+  # What the specs leave out: subscribe's return value, unsubscribe, Message's encoding, the middleware.
+  def test_drop_in_api_in_a_child_process
+    script = File.expand_path("message_bus_compat/api_check.rb", __dir__)
+    out, status = Open3.capture2e(RbConfig.ruby, "-I", File.expand_path("../lib", __dir__), script)
+    assert status.success?, out
+    assert_includes out, "api ok"
+  end
+end
