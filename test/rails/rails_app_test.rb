@@ -320,7 +320,7 @@ class RailsAppTest < Minitest::Test
     started = File.join(app, "log", "started.txt")
     handled = File.join(app, "log", "handled.txt")
     run!(app, "bin/rails", "runner", <<~RUBY)
-      #{SLOW}.each { |n| Herald.publish_event({"n" => n, "text" => "slow", "sleep" => 0.4}, channel: "/orders") }
+      #{SLOW}.each { |n| Herald.publish_event({"n" => n, "text" => "slow", "sleep" => 1.0}, channel: "/orders") }
     RUBY
     in_flight = eventually(timeout: 30, message: "no slow event started") do
       begun = numbers(started)
