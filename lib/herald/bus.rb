@@ -138,6 +138,9 @@ module Herald
         return @store.append(channel, bytes, codec: @codec, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids,
           site_id: site_id, max_backlog_size: max_backlog_size, max_backlog_age: max_backlog_age)
       end
+      # A publish the store will refuse is not reported as one: its checks first, outside the event.
+      Store::Limits.pack_targets(user_ids, group_ids, client_ids)
+      Store::Limits.validate_retention!(max_backlog_size, max_backlog_age)
       # Never the targets: client ids are bearer tokens, and user/group ids are the app's business.
       payload = {channel: channel, site_id: site_id, bytes: bytes.bytesize, targeted: !!(user_ids || group_ids || client_ids)}
       Instrumentation.instrument(PUBLISH_MESSAGE, payload) do
