@@ -163,12 +163,14 @@ module Herald
         body = PollRequest.body(env, @options[:max_body_bytes], type) or return nil
         found = ((@bus && @reply_cache) || reply_cache).find(env, body, type)
         # The body is read: the Responder gets it (rack.input need not rewind: Rack 3).
-        return found || ReplyCache::Miss.new(nil, body) unless found.is_a?(Array) # an entry (ReplyCache::ENTRY_FIELDS)
+        return found || ReplyCache::Miss.new(nil, body) unless found.is_a?(Array) # an entry (ReplyCache::Entry)
         skip_session(env) if env.key?("rack.session.options")
-        accept = found[2] # this request's
-        return Responder.cached(self, env, found[4]) unless @plain_headers && !accept&.include?(MSGPACK_TYPE)
+        # Read by Entry's named indexes, not its readers: two method calls cost ~500 instructions per cached poll.
+        reply = found[ReplyCache::Entry::VALUE]
+        accept = found[ReplyCache::Entry::ACCEPT] # this request's
+        return Responder.cached(self, env, reply) unless @plain_headers && !accept&.include?(MSGPACK_TYPE)
         env[EnvKeys::SHARED_REPLY] = true
-        [200, json_headers, [found[4]]]
+        [200, json_headers, [reply]]
       end
 
       # REPLY_HEADERS[JSON_TYPE], as a literal: Ruby copies a literal Hash of Strings in one instruction
