@@ -44,7 +44,8 @@ module Herald
         # Newest first, at most the channel's size (trimming is batched, as in Redis), put back in order.
         "backlog" => "SELECT record FROM %<t>s_messages WHERE key = $1 AND message_id > $2 ORDER BY message_id DESC LIMIT $3",
         # Expired rows are left out before the LIMIT: a page is never short while live messages follow.
-        "global" => "SELECT record FROM %<t>s_messages WHERE global_id > $1 AND expires_at > $3 ORDER BY global_id LIMIT $2",
+        "global" => "SELECT m.epoch, r.record FROM %<t>s_meta m LEFT JOIN LATERAL (SELECT record FROM %<t>s_messages " \
+          "WHERE global_id > $1 AND expires_at > $3 ORDER BY global_id LIMIT $2) r ON true WHERE m.id = 1",
         # Before a channel's size grows from $2: trim exactly to $2 (a batched trim leaves up to $2/16 more,
         # which the larger size would bring back).
         "grow" => "WITH c AS (SELECT last_id, trimmed FROM %<t>s_channels WHERE key = $1 FOR UPDATE), " \
@@ -160,7 +161,9 @@ module Herald
         Limits.validate_id!(:last_id, last_id)
         Limits.validate_limit!(limit)
         now = Process.clock_gettime(Process::CLOCK_REALTIME)
-        Packed.decode_all(read { |c| run(c, "global", [last_id, limit, now], 1).column_values(0) })
+        rows = read { |c| run(c, "global", [last_id, limit, now], 1) }
+        new_epoch!(rows.getvalue(0, 0)) if rows.ntuples > 0
+        Packed.decode_all(rows.column_values(1).compact)
       end
 
       def epoch
@@ -334,6 +337,13 @@ module Herald
         when PG::Error then StoreError.new("PostgreSQL at #{@url} refused the statement: #{message}")
         else error
         end
+      end
+
+      # The epoch read with the records: a reader whose listener has not noticed the tables dropped and created
+      # again must not read the new store's records as a continuation of the old one's (ids start from 1
+      # again: those above its cursor would come without the first ones). The meta tells the new last id.
+      def new_epoch!(epoch)
+        last_global_id if @epoch && epoch != @epoch
       end
 
       # A new epoch: the tables were dropped and created again (ids restart from 1). Cached backlogs go, and

@@ -173,7 +173,9 @@ module Herald
         found = []
         loop do
           want = limit ? [limit - found.size, GLOBAL_PAGE].min : GLOBAL_PAGE
-          read_count, last_read, *records = read { |r| evalsha_with(r, Scripts::GLOBAL, [@global_key, last_id, want], keys: 1) }
+          known = @epoch
+          read_count, last_read, epoch, *records = read { |r| evalsha_with(r, Scripts::GLOBAL, [@global_key, @meta_key, last_id, want], keys: 2) }
+          saw(epoch, 0, false, known) unless epoch.empty?
           messages = Packed.decode_all(records)
           @high = messages.last.global_id if messages.any? && messages.last.global_id > @high
           found.concat(Packed.unexpired(messages))
