@@ -14,6 +14,7 @@ require_relative "herald/version"
 require_relative "herald/errors"
 require_relative "herald/logger"         # Herald.logger: where warnings go ($stderr, or Rails.logger)
 require_relative "herald/fork_tracker"   # Process._fork hook: stores drop inherited connections
+require_relative "herald/metrics"        # counters and histograms of this process (Herald::Web::Metrics exports them)
 require_relative "herald/codec"          # codec interface + registry
 require_relative "herald/codec/json"
 require_relative "herald/codec/msgpack"
@@ -62,6 +63,7 @@ require_relative "herald/events/dead_letters"    # /herald/dead/<Subscriber>, re
 require_relative "herald/events/delivery"        # one handler call: retries, backoff, dead letter
 require_relative "herald/events/worker"          # one deferred subscriber: cursor, lease, batches
 require_relative "herald/events/worker_pool"     # the threads, graceful shutdown
+require_relative "herald/events/lag"             # how far a deferred subscriber is behind, from its cursor
 require_relative "herald/events/inline_runner"   # deferred subscribers on the calling thread (tests)
 require_relative "herald/events/runtime"         # publish_event, start_workers, shutdown, fork hook
 require_relative "herald/events/signals"         # SIGTERM -> graceful shutdown
@@ -152,6 +154,10 @@ module Herald
     end
   end
 end
+
+# Operating: Prometheus metrics and the health check, Rack apps beside the dashboard (mount Herald::Web).
+require_relative "herald/web/metrics"
+require_relative "herald/web/health"
 
 # Rails: a Railtie (middleware, logger, store per environment, app/subscribers, generator), only under Rails.
 require_relative "herald/rails/railtie" if defined?(::Rails::Railtie)

@@ -39,6 +39,8 @@ module Herald
   # Capabilities (what readers decide by, never the store's class)
   #   local_reads?                              => true when reads answer from this process's memory (Memory,
   #     Log): an event loop may read inline; false when a read is a network round trip (Redis, PostgreSQL)
+  #   data_dir                                  => String, the directory the store keeps its files in (Log), or nil
+  #   bytes_on_disk                             => Integer bytes its records take on disk (Log), or nil
   #   watch { }                                 => a Store::Watchers::Watch (#cancel, #io, #readable) whose
   #     block runs whenever the last global id moves, or nil when the store cannot call back (networked stores:
   #     readers wait through `wait` on their own thread instead)

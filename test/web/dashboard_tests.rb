@@ -1,11 +1,11 @@
 # frozen_string_literal: true
 
-require_relative "web_helper"
+require_relative "dashboard_helper"
 
 module Herald
   # Every page and action of Herald::Web at the Rack level, on the store `build_web_store` returns.
   module DashboardTests
-    include WebTestSupport
+    include DashboardTestSupport
 
     def setup
       super

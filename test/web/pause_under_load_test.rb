@@ -1,11 +1,11 @@
 # frozen_string_literal: true
 
-require_relative "web_helper"
+require_relative "dashboard_helper"
 
 # Pause a deferred subscriber from the dashboard while 100 events/s arrive, its worker in another process:
 # lag grows while paused, resume drains it to 0, and every event is handled exactly once.
 class PauseUnderLoadTest < Minitest::Test
-  include Herald::WebTestSupport
+  include Herald::DashboardTestSupport
 
   RATE = 100 # events per second
 

@@ -111,6 +111,18 @@ module Herald
 
       def local_reads? = true
 
+      # The directory it keeps its files in (health checks measure its free disk).
+      def data_dir = @dir
+
+      # What its segment files hold on disk now, every process's appends included (metrics, dashboard).
+      def bytes_on_disk
+        Dir.children(@dir).sum do |name|
+          Segment.first_id(name) ? File.size(File.join(@dir, name)) : 0
+        rescue Errno::ENOENT
+          0 # deleted by retention meanwhile
+        end
+      end
+
       def backlog(channel, last_id = 0, site_id: nil)
         Limits.validate_key!(channel, site_id)
         Limits.validate_id!(:last_id, last_id)

@@ -77,6 +77,10 @@ module Herald
 
       def local_reads? = true
 
+      def data_dir = nil # nothing on this machine's disk
+
+      def bytes_on_disk = nil
+
       def backlog(channel, last_id = 0, site_id: nil)
         Limits.validate_key!(channel, site_id)
         Limits.validate_id!(:last_id, last_id)
