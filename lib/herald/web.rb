@@ -13,6 +13,8 @@ require_relative "web/subscribers_page"
 require_relative "web/dead_letters_page"
 require_relative "web/channels_page"
 require_relative "web/store_page"
+require_relative "web/metrics" # <mount>/metrics
+require_relative "web/health"  # <mount>/health
 
 module Herald
   # The dashboard, a Rack app with no build step:
@@ -24,6 +26,10 @@ module Herald
   #   Herald::Web.read_only = true            # every POST answers 403; pages still show
   #   Herald::Web.secret = ENV["SECRET_KEY_BASE"] # signs the CSRF cookie (else a plain double-submit cookie)
   #   Herald::Web.message_bus_path = "/"      # where Herald::Rack::Middleware answers (the live tail)
+  #
+  # Beside the pages: <mount>/metrics (Herald::Web::Metrics, Prometheus text) and <mount>/health
+  # (Herald::Web::Health, 200 or 503); both are Rack apps of their own too, for a scraper or a probe that
+  # must not go through the dashboard's authentication.
   #
   # Pages: subscribers (cursor, lag, lease holder; pause, resume, move the cursor), dead letters (retry,
   # delete, singly and filtered), channels (browse, live tail, publish), store. Every action is a POST
@@ -47,6 +53,8 @@ module Herald
 
     class << self
       attr_accessor :read_only, :secret, :message_bus_path
+      # Keywords of Herald::Web::Health for <mount>/health (disk_free_min:, lag_max:, lag_seconds_max:, ...).
+      attr_accessor :health_options
       attr_writer :bus
 
       # The bus the dashboard looks at: Herald's default one unless set.
@@ -70,6 +78,7 @@ module Herald
         @read_only = false
         @secret = nil
         @message_bus_path = "/"
+        @health_options = {}
       end
 
       private
@@ -98,6 +107,8 @@ module Herald
       req = Request.new(env)
       csrf = Csrf.new(req, secret: @secret || self.class.secret)
       return asset(req) if req.path == "/herald.js"
+      return Metrics.new(bus: bus).call(env) if req.path == "/metrics"
+      return Health.new(bus: bus, **(self.class.health_options || {})).call(env) if req.path == "/health"
       return redirect(req, "/subscribers") if req.path == "" || req.path == "/"
       page, action = ROUTES[[req.get? ? "GET" : req.request_method, req.path]]
       return not_found(req, csrf) unless page

@@ -191,6 +191,21 @@ module Herald
       assert_match %r{<td class="num">71</td><td class="num">[^<]+</td><td class="num">71</td>}, assert_page(get("/channels"), NASTY.sub("<", "&lt;").sub(">", "&gt;")[0, 12])
     end
 
+    def test_metrics_and_health_beside_the_pages
+      Herald.publish("/a", "x")
+      status, headers, body = get("/metrics")
+      assert_equal 200, status
+      assert_equal Web::Metrics::CONTENT_TYPE, headers["content-type"]
+      assert_match(/^herald_\w+/, body)
+      status, _, body = get("/health")
+      assert_equal 200, status
+      assert_equal "ok", JSON.parse(body)["status"]
+      Herald::Web.health_options = {lag_max: 0}
+      define_subscriber("Behind", "/a", deferred: true) { |*| }
+      store.save_cursor("Behind", 0)
+      assert_equal 503, get("/health")[0]
+    end
+
     def test_store_page_reports_the_store
       Herald.publish("/a", "x")
       body = assert_page(get("/store"), "kind", store.epoch, "last global id")
