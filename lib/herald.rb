@@ -23,6 +23,7 @@ require_relative "herald/message"        # the immutable value every reader gets
 # Stores: the contract, then Memory, the embedded Log, and what the networked stores share.
 require_relative "herald/store"          # the store contract
 require_relative "herald/store/limits"   # what every store accepts: ranges, sizes, the checks
+require_relative "herald/store/controls" # pause / resume of durable readers, kept in the store
 require_relative "herald/store/watchers" # Store#watch: appends wake an event loop directly
 require_relative "herald/store/memory"   # reference store
 require_relative "herald/store/log/record"    # the embedded log: frame + record layout
@@ -80,6 +81,8 @@ require_relative "herald/rack/responder"         # one request: backlog, reply o
 require_relative "herald/rack/reply_cache"       # replies to repeated polls, kept while the store is unchanged
 require_relative "herald/rack/client_script"     # the browser client, served at {base}message-bus/herald.js
 require_relative "herald/rack/middleware"        # the Rack middleware (message_bus protocol, SSE, msgpack)
+# The dashboard (mount Herald::Web => "/herald"), loaded on first use.
+Herald.autoload :Web, File.expand_path("herald/web", __dir__)
 
 # The facade: one default bus per process, built from Herald.configure.
 module Herald

@@ -5,6 +5,8 @@ module Herald
     # The reference store: everything in this process's memory, thread-safe, gone at exit.
     # Every other store must behave like this one (test/store/contract.rb).
     class Memory
+      include Controls
+
       attr_reader :epoch, :max_payload_bytes
       alias_method :known_epoch, :epoch
 
@@ -133,8 +135,17 @@ module Herald
       def lease(name)
         @lock.synchronize do
           return nil if @leases[name]
-          @leases[name] = true
+          @leases[name] = Store.lease_holder_id
           Lease.new { @lock.synchronize { @leases.delete(name) } }
+        end
+      end
+
+      def lease_holder(name) = @lock.synchronize { @leases[name] }
+
+      def stats
+        @lock.synchronize do
+          {"kind" => "memory", "max_backlog_size" => @max_backlog_size, "max_backlog_age" => @max_backlog_age,
+           "retained_messages" => @retained, "channels" => @channels.size}
         end
       end
 
