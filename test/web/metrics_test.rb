@@ -105,6 +105,28 @@ class LogStoreMetricsTest < Minitest::Test
 
   def build_store(fsync: :interval) = Herald::Store::Log.new(dir: File.join(@tmp, "log"), fsync: fsync)
 
+  # A forked worker's counters start from zero: summing processes does not count the parent's twice.
+  def test_a_forked_child_starts_from_zero
+    3.times { |i| @bus.publish("/p", i) }
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      @bus.publish("/p", "from the child")
+      writer.write(Herald::Web::Metrics.new(bus: @bus, subscribers: []).render)
+      writer.close
+      exit!(0)
+    end
+    writer.close
+    child = reader.read
+    Process.wait(pid)
+    assert_match(/^herald_messages_published_total 1$/, child)
+    assert_match(/^herald_publish_duration_seconds_count 1$/, child)
+    assert_match(/^herald_last_global_id 4$/, child)
+    assert_equal 3, scrape(app)["herald_messages_published_total"]
+  ensure
+    reader&.close
+  end
+
   def test_log_bytes_and_fsync_duration
     @bus.close
     @bus = Herald::Bus.new(store: build_store(fsync: :always))
