@@ -179,3 +179,30 @@ class EventsMetricsTest < Minitest::Test
     assert s.key?('herald_subscriber_lag_messages{subscriber="Flaky"}')
   end
 end
+
+# ActionCable broadcasts (adapter: herald) through Herald::Cable::Listener: one delivery per stream callback.
+class CableMetricsTest < Minitest::Test
+  include Herald::WebTestSupport
+
+  EXECUTOR = Object.new
+  def EXECUTOR.post(&block) = Thread.new(&block)
+
+  def test_each_stream_callback_is_a_cable_delivery
+    require "herald/cable/listener"
+    bus = Herald::Bus.new(store: Herald::Store::Memory.new)
+    listener = Herald::Cable::Listener.new(store: bus.store, executor: EXECUTOR)
+    Herald::Metrics.reset!
+    got = Queue.new
+    confirmed = Queue.new
+    2.times { listener.add(Herald::Cable.channel("room_1"), ->(payload) { got << payload }, -> { confirmed << true }) }
+    2.times { Timeout.timeout(5) { confirmed.pop } }
+    payloads = ["{\"html\":\"<p>héllo 👋</p>\"}", "", "\u0000"]
+    payloads.each { |p| bus.store.append(Herald::Cable.channel("room_1"), p, codec: Herald::Codec::Raw) }
+    eventually { got.size == 2 * payloads.size }
+    s = scrape(Herald::Web::Metrics.new(bus: bus, subscribers: []))
+    assert_equal 2 * payloads.size, s['herald_messages_delivered_total{transport="cable"}']
+  ensure
+    listener&.stop
+    bus&.close
+  end
+end
