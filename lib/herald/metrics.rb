@@ -25,7 +25,8 @@ module Herald
         @help = help
         @label = label
         @lock = Mutex.new
-        @values = label ? (values || []).to_h { |v| [v, 0] } : {nil => 0}
+        @fixed = (label ? values || [] : [nil]).freeze
+        reset!
       end
 
       def type = "counter"
@@ -46,7 +47,8 @@ module Herald
 
       def value(label_value = nil) = @lock.synchronize { @values[label_value] || 0 }
 
-      def reset! = @lock.synchronize { @values.transform_values! { 0 } }
+      # Back to zero, and to the fixed label values only.
+      def reset! = @lock.synchronize { @values = @fixed.to_h { |v| [v, 0] } }
 
       def samples = values.map { |v, count| [name, v.nil? ? nil : {label => v}, count] }
     end

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "web_helper"
+require_relative "../events/events_helper"
 
 # Herald::Web::Metrics: its figures agree with what the test did, on the Log store and on Redis.
 module Herald
@@ -129,5 +130,30 @@ class RedisStoreMetricsTest < Minitest::Test
     s = scrape(app)
     refute s.key?("herald_log_bytes")
     assert_equal 1, s["herald_store_up"]
+  end
+end
+
+# Retries and dead letters of deferred subscribers, and their handler calls as deliveries.
+class EventsMetricsTest < Minitest::Test
+  include Herald::EventsTestSupport
+  include Herald::WebTestSupport
+
+  def test_retries_dead_letters_and_handled_events
+    use_store(log_store)
+    Herald::Metrics.reset!
+    define_subscriber("Flaky", "/jobs", deferred: true, retry_on: {attempts: 3, wait: 0.001}) do |event, _|
+      raise KeyError, "odd #{event["n"]}" if event["n"].odd?
+    end
+    Herald.start_workers
+    capture_log do
+      6.times { |i| Herald.publish_event({"n" => i, "text" => "ü 👋"}, channel: "/jobs") }
+      eventually { Herald::Metrics::DEAD_LETTERS.value("Flaky") == 3 }
+    end
+    s = scrape(Herald::Web::Metrics.new(bus: Herald.bus))
+    assert_equal 6, s["herald_messages_published_total"]
+    assert_equal 3 * 2, s['herald_retries_total{subscriber="Flaky"}'], "3 odd events, 2 retries each"
+    assert_equal 3, s['herald_dead_letters_total{subscriber="Flaky"}']
+    assert_equal 3, s['herald_messages_delivered_total{transport="subscriber"}'], "the even ones handled"
+    assert s.key?('herald_subscriber_lag_messages{subscriber="Flaky"}')
   end
 end
