@@ -26,6 +26,7 @@ module Herald
   #   Herald::Web.read_only = true            # every POST answers 403; pages still show
   #   Herald::Web.secret = ENV["SECRET_KEY_BASE"] # signs the CSRF cookie (else a plain double-submit cookie)
   #   Herald::Web.message_bus_path = "/"      # where Herald::Rack::Middleware answers (the live tail)
+  #   Herald::Web.subscribers = ["Mailer"]    # subscribers whose workers run in processes without their classes
   #
   # Beside the pages: <mount>/metrics (Herald::Web::Metrics, Prometheus text) and <mount>/health
   # (Herald::Web::Health, 200 or 503); both are Rack apps of their own too, for a scraper or a probe that
@@ -55,6 +56,8 @@ module Herald
       attr_accessor :read_only, :secret, :message_bus_path
       # Keywords of Herald::Web::Health for <mount>/health (disk_free_min:, lag_max:, lag_seconds_max:, ...).
       attr_accessor :health_options
+      # Names of deferred subscribers whose classes this process does not load (their workers run elsewhere).
+      attr_accessor :subscribers
       attr_writer :bus
 
       # The bus the dashboard looks at: Herald's default one unless set.
@@ -79,6 +82,7 @@ module Herald
         @secret = nil
         @message_bus_path = "/"
         @health_options = {}
+        @subscribers = []
       end
 
       private

@@ -206,6 +206,14 @@ module Herald
       assert_equal 503, get("/health")[0]
     end
 
+    def test_subscribers_named_in_the_settings_are_listed
+      store.save_cursor("RunsElsewhere", 0)
+      Herald.publish("/a", 1)
+      refute_includes get("/subscribers")[2], "RunsElsewhere"
+      Herald::Web.subscribers = ["RunsElsewhere"]
+      assert_match %r{data-subscriber="RunsElsewhere">.*?<td class="num lag">1</td>}m, get("/subscribers")[2]
+    end
+
     def test_store_page_reports_the_store
       Herald.publish("/a", "x")
       body = assert_page(get("/store"), "kind", store.epoch, "last global id")

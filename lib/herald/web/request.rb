@@ -57,10 +57,14 @@ module Herald
         end
       end
 
+      # Percent-escaped (browsers) or raw UTF-8 (`curl -d`); a bad escape drops that pair, not the form.
       def decode(text)
-        URI.decode_www_form(text.b.force_encoding(Encoding::UTF_8).scrub).map { |k, v| [k.scrub, v.scrub] }
-      rescue ArgumentError
-        []
+        text.b.split(/[&;]/).filter_map do |pair|
+          key, value = pair.split("=", 2).map { |part| URI.decode_www_form_component(part.to_s).force_encoding(Encoding::UTF_8).scrub }
+          [key, value.to_s] unless key.nil? || key.empty?
+        rescue ArgumentError
+          nil
+        end
       end
     end
   end

@@ -4,8 +4,8 @@ module Herald
   class Web
     # One durable subscriber as the store knows it: cursor, how far behind the log it is (in its own
     # events, and in seconds since the oldest it has not handled), pause flag, lease holder, dead letters.
-    # Subscribers are the deferred ones this process declares, and those named by dead-letter channels
-    # among the latest WINDOW messages.
+    # Subscribers are the deferred ones this process declares, those named by Herald::Web.subscribers
+    # (workers elsewhere), and those named by dead-letter channels among the latest WINDOW messages.
     class SubscriberStatus
       LAG_SCAN = 10_000 # messages read past a cursor to count its lag ("10000+" beyond)
       WINDOW = 10_000
@@ -14,7 +14,7 @@ module Herald
         keyword_init: true)
 
       def self.names(store)
-        declared = Events.registry.deferred.map(&:subscriber_name)
+        declared = Events.registry.deferred.map(&:subscriber_name) + Array(Web.subscribers).map(&:to_s)
         from = [store.last_global_id - WINDOW, 0].max
         seen = store.global_backlog(from, limit: WINDOW).filter_map do |m|
           m.channel.delete_prefix(Events::DeadLetters::PREFIX) if m.channel.start_with?(Events::DeadLetters::PREFIX)
