@@ -110,6 +110,9 @@ module Herald
 
       def local_reads? = true
 
+      # Reads are local already: readers read global_backlog.
+      def announced_backlog(_last_id, limit: nil) = nil
+
       def backlog(channel, last_id = 0, site_id: nil)
         Limits.validate_key!(channel, site_id)
         Limits.validate_id!(:last_id, last_id)
