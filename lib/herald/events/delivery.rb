@@ -48,12 +48,14 @@ module Herald
         attempt = 1
         loop do
           call(msg, attempt)
+          Metrics::DELIVERED.increment(1, "subscriber")
           return true
         rescue *STOPS
           raise
         rescue Exception => e # standard:disable Lint/RescueException
           return bury(msg, e, attempt) unless @policy.retry?(e, attempt)
           wait = @policy.delay(attempt)
+          Metrics::RETRIES.increment(1, @name)
           Herald.logger.warn "deferred subscriber #{@name} failed on #{where(msg)} (attempt #{attempt} of " \
             "#{@policy.attempts}), retrying in #{wait.round(3)} s: #{Delivery.describe(e)}"
           if Instrumentation.listening?(RETRY)
@@ -87,6 +89,7 @@ module Herald
 
       def bury(msg, error, attempts)
         letter = @dead_letters.bury(@name, msg, error, attempts)
+        Metrics::DEAD_LETTERS.increment(1, @name)
         Herald.logger.error "deferred subscriber #{@name} gave up on #{where(msg)} after #{attempts} " \
           "#{(attempts == 1) ? "attempt" : "attempts"}: #{Delivery.describe(error)}; dead letter " \
           "#{DeadLetters.channel(@name)} ##{letter.message_id} (`herald dead #{@name}`, `herald replay #{@name}`)"

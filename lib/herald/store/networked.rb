@@ -13,6 +13,10 @@ module Herald
       # Reads are round trips: an event loop must not wait for them (Store contract, "Capabilities").
       def local_reads? = false
 
+      def data_dir = nil # nothing on this machine's disk
+
+      def bytes_on_disk = nil
+
       # No callbacks: a watcher would have to read over the network from the appending thread.
       def watch = nil
 

@@ -36,6 +36,7 @@ module Herald
     # restart falls back to the store defaults until it passes them again).
     class Redis
       include Networked
+      include Controls
 
       DEFAULT_URL = "redis://127.0.0.1:6379/0"
       DEFAULT_POOL = 5
@@ -174,7 +175,9 @@ module Herald
         found = []
         loop do
           want = limit ? [limit - found.size, GLOBAL_PAGE].min : GLOBAL_PAGE
-          read_count, last_read, *records = read { |r| evalsha_with(r, Scripts::GLOBAL, [@global_key, last_id, want], keys: 1) }
+          known = @epoch
+          read_count, last_read, epoch, *records = read { |r| evalsha_with(r, Scripts::GLOBAL, [@global_key, @meta_key, last_id, want], keys: 2) }
+          saw(epoch, 0, false, known) unless epoch.empty?
           messages = Packed.decode_all(records)
           @high = messages.last.global_id if messages.any? && messages.last.global_id > @high
           found.concat(Packed.unexpired(messages))
@@ -211,7 +214,7 @@ module Herald
 
       def lease(name)
         key = "#{@namespace}:lease:#{name}"
-        token = Store.new_epoch
+        token = "#{Store.new_epoch} #{Store.lease_holder_id}" # the holder reads in it (lease_holder)
         return nil unless write { |r| r.call_v(["SET", key, token, "NX", "PX", LEASE_TTL * 1000]) }
         @leases[key] = token
         start_renewer
@@ -219,6 +222,17 @@ module Herald
           @leases.delete(key)
           write { |r| evalsha_with(r, Scripts::RELEASE, [key, token], keys: 1) } unless @closed
         end
+      end
+
+      def stats
+        size, age = @retention.for(nil)
+        {"kind" => "redis", "server" => Store.redact_url(@url), "namespace" => @namespace,
+         "max_backlog_size" => size, "max_backlog_age" => age, "driver" => @driver.to_s}
+      end
+
+      def lease_holder(name)
+        token = read { |r| r.call_v(["GET", "#{@namespace}:lease:#{name}"]) }
+        token&.split(" ", 2)&.last&.force_encoding(Encoding::UTF_8)&.scrub
       end
 
       # Forget connections and threads inherited from the parent. Runs by itself in a forked child

@@ -221,9 +221,13 @@ module Herald
         # KEYS refs; ARGV after_global_id limit. The records of the next `limit` references, oldest first,
         # skipping references whose record is gone (its channel expired). Returns {references_read,
         # global_id_of_the_last_one_read, record ...}.
+        # KEYS refs meta; ARGV last_id count. Returns {references read, last reference's id, epoch, records...}:
+        # the epoch read with the records tells a reader whose process has not yet heard of a reset that they
+        # belong to a new store (another process's recovery numbers them above its cursor: read as a
+        # continuation, the new store's first messages, numbered below, were never delivered).
         GLOBAL = script(<<~LUA)
           local found = redis.call('ZRANGE', KEYS[1], '(' .. ARGV[1], '+inf', 'BYSCORE', 'LIMIT', 0, ARGV[2], 'WITHSCORES')
-          local out = {#found / 2, 0}
+          local out = {#found / 2, 0, redis.call('HGET', KEYS[2], 'epoch') or ''}
           for i = 1, #found, 2 do
             local ref = found[i]
             local mid = struct.unpack('>d', ref)
