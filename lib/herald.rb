@@ -81,7 +81,8 @@ require_relative "herald/rack/responder"         # one request: backlog, reply o
 require_relative "herald/rack/reply_cache"       # replies to repeated polls, kept while the store is unchanged
 require_relative "herald/rack/client_script"     # the browser client, served at {base}message-bus/herald.js
 require_relative "herald/rack/middleware"        # the Rack middleware (message_bus protocol, SSE, msgpack)
-# The dashboard (mount Herald::Web => "/herald"), loaded on first use.
+# The dashboard (mount Herald::Web => "/herald"), loaded on first use, with Herald::Web::Metrics (Prometheus
+# text) and Herald::Web::Health (200/503 for probes), which are Rack apps of their own too.
 Herald.autoload :Web, File.expand_path("herald/web", __dir__)
 
 # The facade: one default bus per process, built from Herald.configure.
@@ -154,10 +155,6 @@ module Herald
     end
   end
 end
-
-# Operating: Prometheus metrics and the health check, Rack apps beside the dashboard (mount Herald::Web).
-require_relative "herald/web/metrics"
-require_relative "herald/web/health"
 
 # Rails: a Railtie (middleware, logger, store per environment, app/subscribers, generator), only under Rails.
 require_relative "herald/rails/railtie" if defined?(::Rails::Railtie)

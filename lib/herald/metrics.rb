@@ -25,7 +25,8 @@ module Herald
         @help = help
         @label = label
         @lock = Mutex.new
-        @values = label ? (values || []).to_h { |v| [v, 0] } : {nil => 0}
+        @fixed = (label ? values || [] : [nil]).freeze
+        reset!
       end
 
       def type = "counter"
@@ -46,7 +47,14 @@ module Herald
 
       def value(label_value = nil) = @lock.synchronize { @values[label_value] || 0 }
 
-      def reset! = @lock.synchronize { @values.transform_values! { 0 } }
+      # Back to zero, and to the fixed label values only.
+      def reset! = @lock.synchronize { @values = @fixed.to_h { |v| [v, 0] } }
+
+      # In a forked child: a fresh lock (the parent's may have been held by a thread the child lacks), from zero.
+      def forked!
+        @lock = Mutex.new
+        reset!
+      end
 
       def samples = values.map { |v, count| [name, v.nil? ? nil : {label => v}, count] }
     end
@@ -88,6 +96,11 @@ module Herald
       def sum = @lock.synchronize { @sum }
 
       def reset! = @lock.synchronize { (@counts = Array.new(@buckets.size + 1, 0)) && (@sum = 0.0) }
+
+      def forked!
+        @lock = Mutex.new
+        reset!
+      end
 
       def samples
         counts, sum = @lock.synchronize { [@counts.dup, @sum] }
@@ -140,6 +153,11 @@ module Herald
 
     # Zeroes every counter and histogram of this process (tests).
     def self.reset! = ALL.each(&:reset!)
+
+    # A forked child (a Puma worker) starts from zero, as a new process: summing the processes' figures
+    # must not count the parent's twice. Fresh locks first: the parent's may have been held by a thread
+    # the child does not have.
+    ForkTracker.after_fork { ALL.each(&:forked!) }
 
     # A number as Prometheus reads it.
     def self.number(value)

@@ -1,6 +1,7 @@
 # frozen_string_literal: true
 
 require_relative "web_helper"
+require_relative "../events/events_helper"
 
 # Herald::Web::Metrics: its figures agree with what the test did, on the Log store and on Redis.
 module Herald
@@ -104,6 +105,28 @@ class LogStoreMetricsTest < Minitest::Test
 
   def build_store(fsync: :interval) = Herald::Store::Log.new(dir: File.join(@tmp, "log"), fsync: fsync)
 
+  # A forked worker's counters start from zero: summing processes does not count the parent's twice.
+  def test_a_forked_child_starts_from_zero
+    3.times { |i| @bus.publish("/p", i) }
+    reader, writer = IO.pipe
+    pid = fork do
+      reader.close
+      @bus.publish("/p", "from the child")
+      writer.write(Herald::Web::Metrics.new(bus: @bus, subscribers: []).render)
+      writer.close
+      exit!(0)
+    end
+    writer.close
+    child = reader.read
+    Process.wait(pid)
+    assert_match(/^herald_messages_published_total 1$/, child)
+    assert_match(/^herald_publish_duration_seconds_count 1$/, child)
+    assert_match(/^herald_last_global_id 4$/, child)
+    assert_equal 3, scrape(app)["herald_messages_published_total"]
+  ensure
+    reader&.close
+  end
+
   def test_log_bytes_and_fsync_duration
     @bus.close
     @bus = Herald::Bus.new(store: build_store(fsync: :always))
@@ -129,5 +152,57 @@ class RedisStoreMetricsTest < Minitest::Test
     s = scrape(app)
     refute s.key?("herald_log_bytes")
     assert_equal 1, s["herald_store_up"]
+  end
+end
+
+# Retries and dead letters of deferred subscribers, and their handler calls as deliveries.
+class EventsMetricsTest < Minitest::Test
+  include Herald::EventsTestSupport
+  include Herald::WebTestSupport
+
+  def test_retries_dead_letters_and_handled_events
+    use_store(log_store)
+    Herald::Metrics.reset!
+    define_subscriber("Flaky", "/jobs", deferred: true, retry_on: {attempts: 3, wait: 0.001}) do |event, _|
+      raise KeyError, "odd #{event["n"]}" if event["n"].odd?
+    end
+    Herald.start_workers
+    capture_log do
+      6.times { |i| Herald.publish_event({"n" => i, "text" => "ü 👋"}, channel: "/jobs") }
+      eventually { Herald::Metrics::DEAD_LETTERS.value("Flaky") == 3 }
+    end
+    s = scrape(Herald::Web::Metrics.new(bus: Herald.bus))
+    assert_equal 6, s["herald_messages_published_total"]
+    assert_equal 3 * 2, s['herald_retries_total{subscriber="Flaky"}'], "3 odd events, 2 retries each"
+    assert_equal 3, s['herald_dead_letters_total{subscriber="Flaky"}']
+    assert_equal 3, s['herald_messages_delivered_total{transport="subscriber"}'], "the even ones handled"
+    assert s.key?('herald_subscriber_lag_messages{subscriber="Flaky"}')
+  end
+end
+
+# ActionCable broadcasts (adapter: herald) through Herald::Cable::Listener: one delivery per stream callback.
+class CableMetricsTest < Minitest::Test
+  include Herald::WebTestSupport
+
+  EXECUTOR = Object.new
+  def EXECUTOR.post(&block) = Thread.new(&block)
+
+  def test_each_stream_callback_is_a_cable_delivery
+    require "herald/cable/listener"
+    bus = Herald::Bus.new(store: Herald::Store::Memory.new)
+    listener = Herald::Cable::Listener.new(store: bus.store, executor: EXECUTOR)
+    Herald::Metrics.reset!
+    got = Queue.new
+    confirmed = Queue.new
+    2.times { listener.add(Herald::Cable.channel("room_1"), ->(payload) { got << payload }, -> { confirmed << true }) }
+    2.times { Timeout.timeout(5) { confirmed.pop } }
+    payloads = ["{\"html\":\"<p>héllo 👋</p>\"}", "", "\u0000"]
+    payloads.each { |p| bus.store.append(Herald::Cable.channel("room_1"), p, codec: Herald::Codec::Raw) }
+    eventually { got.size == 2 * payloads.size }
+    s = scrape(Herald::Web::Metrics.new(bus: bus, subscribers: []))
+    assert_equal 2 * payloads.size, s['herald_messages_delivered_total{transport="cable"}']
+  ensure
+    listener&.stop
+    bus&.close
   end
 end

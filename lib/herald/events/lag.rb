@@ -13,7 +13,7 @@ module Herald
     Lag = Struct.new(:subscriber, :cursor, :messages, :seconds) do
       def self.of(store, name, last: store.last_global_id, now: Time.now.to_f)
         cursor = store.load_cursor(name, default: nil)
-        return new(name, nil, 0, 0.0) if cursor.nil? || cursor >= last
+        return new(name, cursor, 0, 0.0) if cursor.nil? || cursor >= last
         oldest = store.global_backlog(cursor, limit: 1).first
         new(name, cursor, last - cursor, oldest ? [now - oldest.created_at, 0.0].max : 0.0)
       end
