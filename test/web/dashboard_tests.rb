@@ -214,6 +214,22 @@ module Herald
       assert_match %r{data-subscriber="RunsElsewhere">.*?<td class="num lag">1</td>}m, get("/subscribers")[2]
     end
 
+    def test_a_retry_in_progress_is_shown_then_cleared
+      calls = Queue.new
+      define_subscriber("Slow", "/slow", deferred: true, retry_on: {attempts: 3, wait: 0.4}) do |*|
+        calls << true
+        raise IOError, "down"
+      end
+      Herald.start_workers
+      msg = store.append("/slow", "1", codec: Codec::Json)
+      Timeout.timeout(10) { calls.pop }
+      shown = %r{data-subscriber="Slow">.*global id #{msg.global_id}, attempt 2 of 3}m
+      Timeout.timeout(10) { sleep 0.02 until get("/subscribers")[2].match?(shown) } # until the second call, 0.4 s on
+      Timeout.timeout(10) { sleep 0.05 until Events::DeadLetters.new(store).pending("Slow").any? }
+      Timeout.timeout(10) { sleep 0.05 while store.retrying("Slow") }
+      refute_match(/attempt \d of 3/, get("/subscribers")[2])
+    end
+
     def test_store_page_reports_the_store
       Herald.publish("/a", "x")
       body = assert_page(get("/store"), "kind", store.epoch, "last global id")

@@ -10,7 +10,7 @@ module Herald
       LAG_SCAN = 10_000 # messages read past a cursor to count its lag ("10000+" beyond)
       WINDOW = 10_000
 
-      Row = Struct.new(:name, :subscriber, :cursor, :lag, :lag_more, :lag_seconds, :paused, :holder, :dead, :error,
+      Row = Struct.new(:name, :subscriber, :cursor, :lag, :lag_more, :lag_seconds, :paused, :holder, :dead, :retrying, :error,
         keyword_init: true)
 
       def self.names(store)
@@ -35,7 +35,8 @@ module Herald
         klass = subscriber(name)
         cursor = @store.load_cursor(name, default: nil)
         row = Row.new(name: name, subscriber: klass, cursor: cursor, paused: @store.paused?(name),
-          holder: @store.lease_holder(name), dead: @dead.pending(name).size)
+          holder: @store.lease_holder(name), dead: @dead.pending(name).size,
+          retrying: @store.retrying(name))
         lag(row, klass) if cursor
         row
       rescue CorruptCursorError => e
