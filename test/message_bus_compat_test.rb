@@ -30,6 +30,24 @@ class MessageBusCompatTest < Minitest::Test
     assert_equal MessageBusCompat::NOT_APPLICABLE.size, counts[:not_applicable], out
   end
 
+  # On the real servers of test/support/servers.rb; reset! empties the store between specs as message_bus's does.
+  %w[redis postgres].each do |backend|
+    define_method(:"test_the_drop_in_passes_message_bus_specs_on_#{backend}") do
+      Herald::TestServers.require!(self, backend.to_sym)
+      counts, unexpected, out = run_specs("dropin", backend)
+      assert_empty unexpected, out
+      assert_operator counts[:passed], :>=, 45, out
+      assert_equal MessageBusCompat::NOT_APPLICABLE.size, counts[:not_applicable], out
+    end
+
+    define_method(:"test_message_bus_passes_its_own_specs_on_#{backend}_through_the_harness") do
+      Herald::TestServers.require!(self, backend.to_sym)
+      counts, unexpected, out = run_specs("message_bus", backend)
+      assert_empty unexpected, out
+      assert_operator counts[:passed], :>=, 47, out
+    end
+  end
+
   # The harness is faithful: message_bus passes its own specs through it, the not-applicable ones included.
   def test_message_bus_passes_its_own_specs_through_the_harness
     counts, unexpected, out = run_specs("message_bus")

@@ -3,15 +3,19 @@
 # Runs message_bus 4.5.1's own spec files, unedited, from the installed gem, against Herald's drop-in
 # (`require "herald/message_bus"`) or against message_bus itself (showing the harness is faithful).
 #
-#   ruby test/message_bus_compat/run.rb [dropin|message_bus] [memory|log]
+#   ruby test/message_bus_compat/run.rb [dropin|message_bus] [memory|log|redis|postgres]
 #
 # log (drop-in only): `backend: :log`, Herald's embedded log, in a fresh directory ($HERALD_DIR) per run.
+# redis / postgres: the real servers of test/support/servers.rb (or REDIS_URL / DATABASE_URL), handed to the
+# spec as message_bus's spec_helper reads them (REDISURL and redis-rb's REDIS_URL; libpq's PG* variables).
 #
 # Prints each spec's result and a closing count: passed / failed / not-applicable (each with its reason) /
 # known-failing (not done yet, each with its reason). Exits 1 on any other failure.
 require "rbconfig"
 require "open3"
 require "tmpdir"
+require "uri"
+require_relative "../support/servers"
 
 module MessageBusCompat
   ROOT = File.expand_path("../..", __dir__)
@@ -40,6 +44,7 @@ module MessageBusCompat
       "neither gem is installed here (the spec errors the same way against message_bus)"
   }.freeze
 
+  TIMEOUT = 240 # seconds per spec file (each takes 2-20 s)
   RESULT = /^(?<name>.+?) = [\d.]+ s = (?<mark>[.FES])$/
 
   def self.run(target: "dropin", backend: "memory", out: $stdout)
@@ -65,11 +70,39 @@ module MessageBusCompat
     cmd = [RbConfig.ruby, *includes, "-I", SHIMS, File.join(GEM, spec), "-v"]
     # stdout only: Minitest 5's deprecation warnings on stderr would split its result lines.
     output, errors, status = Dir.mktmpdir("mb-compat") do |dir|
-      Open3.capture3({"MESSAGE_BUS_BACKEND" => backend, "HERALD_DIR" => File.join(dir, "log")}, *cmd, chdir: ROOT)
+      env = {"MESSAGE_BUS_BACKEND" => backend, "HERALD_DIR" => File.join(dir, "log")}.merge(server_env(backend))
+      capture(env, cmd)
     end
     found = output.each_line.filter_map { |l| (m = RESULT.match(l.chomp)) && [m[:name], m[:mark]] }
     raise "#{spec} did not run (exit #{status.exitstatus}):\n#{(output + errors)[-3000..] || output + errors}" if found.empty?
     found
+  end
+
+  # Open3.capture3 with a deadline: message_bus's own PostgreSQL run hung once in its middleware spec (one
+  # run in several); a hung child is killed and its output so far reported, never waited on forever.
+  def self.capture(env, cmd, timeout: TIMEOUT)
+    Open3.popen3(env, *cmd, chdir: ROOT, pgroup: true) do |stdin, stdout, stderr, waiter|
+      stdin.close
+      out = Thread.new { stdout.read }
+      err = Thread.new { stderr.read }
+      unless waiter.join(timeout)
+        Process.kill(:KILL, -waiter.pid)
+        return [out.value, "#{err.value}\n#{cmd.last(2).first} killed after #{timeout} s", waiter.value]
+      end
+      [out.value, err.value, waiter.value]
+    end
+  end
+
+  def self.server_env(backend)
+    case backend
+    when "redis"
+      url = Herald::TestServers.redis_url
+      {"REDISURL" => url, "REDIS_URL" => url}
+    when "postgres"
+      pg = URI(Herald::TestServers.postgres_url)
+      {"PGHOST" => pg.host, "PGPORT" => pg.port.to_s, "PGUSER" => pg.user, "PGDATABASE" => pg.path.delete_prefix("/"), "DATABASE_URL" => pg.to_s}
+    else {}
+    end
   end
 
   def self.classify(name, mark, target)

@@ -161,6 +161,7 @@ module Herald
 
       def reply(msgs, status)
         @payload[:messages] = msgs.size if @payload
+        Metrics::DELIVERED.increment(msgs.size, "long_poll") unless msgs.empty?
         reply_of(msgpack? ? @mw.wire.msgpack_array(msgs, status) : @mw.wire.json_array(msgs, status))
       end
 
