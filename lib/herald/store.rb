@@ -45,6 +45,10 @@ module Herald
   #     block runs whenever the last global id moves, or nil when the store cannot call back (networked stores:
   #     readers wait through `wait` on their own thread instead)
   #
+  #   announced_backlog(last_id, limit: nil)   => [Message] or nil: after `wait`, what global_backlog would
+  #     return when the wakeups brought the new records themselves (Redis: small ones), without a round trip;
+  #     nil when they did not (always, on the other stores): the reader then reads global_backlog
+  #
   # Waiting
   #   wait(last_global_id, timeout:)            => Integer last_global_id; returns at once when it is
   #     greater than the argument, else blocks until something is appended (by any process) or timeout.

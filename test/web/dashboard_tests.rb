@@ -214,6 +214,41 @@ module Herald
       assert_match %r{data-subscriber="RunsElsewhere">.*?<td class="num lag">1</td>}m, get("/subscribers")[2]
     end
 
+    def test_a_retry_in_progress_is_shown_then_cleared
+      log = capture_log do
+        calls = Queue.new
+        define_subscriber("Slow", "/slow", deferred: true, retry_on: {attempts: 3, wait: 0.4}) do |*|
+          calls << true
+          raise IOError, "down"
+        end
+        Herald.start_workers
+        msg = store.append("/slow", "1", codec: Codec::Json)
+        Timeout.timeout(10) { calls.pop }
+        shown = %r{data-subscriber="Slow">.*global id #{msg.global_id}, attempt 2 of 3}m
+        Timeout.timeout(10) { sleep 0.02 until get("/subscribers")[2].match?(shown) } # until the second call, 0.4 s on
+        Timeout.timeout(10) { sleep 0.05 until Events::DeadLetters.new(store).pending("Slow").any? }
+        Timeout.timeout(10) { sleep 0.05 while store.retrying("Slow") }
+        refute_match(/attempt \d of 3/, get("/subscribers")[2])
+      end
+      assert_includes log, "gave up on /slow"
+    end
+
+    def test_events_per_second_from_the_cursor_between_page_loads_and_auto_refresh
+      define_subscriber("Rated", "/rated", deferred: true) { |*| }
+      store.save_cursor("Rated", store.last_global_id)
+      rate = %r{data-subscriber="Rated">.*?<td class="num rate">([\d.]*)</td>}m
+      assert_equal "", get("/subscribers")[2][rate, 1], "no rate on the first look"
+      ids = 10.times.map { store.append("/rated", "1", codec: Codec::Json).global_id }
+      5.times { store.append("/other", "1", codec: Codec::Json) } # not its events
+      store.save_cursor("Rated", store.last_global_id)
+      sleep Web::SubscriberStatus::RATE_AFTER + 0.05
+      shown = Float(get("/subscribers")[2][rate, 1])
+      assert_includes 4.0..10.0, shown, "10 of its events in about a second (#{ids.size} published)"
+      body = get("/subscribers?refresh=on")[2]
+      assert_includes body, "<meta http-equiv=\"refresh\" content=\"2\">"
+      refute_includes get("/subscribers")[2], "http-equiv"
+    end
+
     def test_store_page_reports_the_store
       Herald.publish("/a", "x")
       body = assert_page(get("/store"), "kind", store.epoch, "last global id")

@@ -56,10 +56,11 @@ module Herald
     def test_parked_clients_and_http_deliveries
       mw = middleware(long_polling_interval: 5)
       m = mock(mw)
+      others = scrape(app)["herald_parked_clients"] # the whole suite runs in one process: others' reactors count
       polls = Array.new(3) { |i| in_thread { poll(m, {"/lp" => 0}, client: "lp#{i}", HTTP_DONT_CHUNK: "t") } }
       stream = in_thread { poll(m, {"/lp" => 0}, client: "stream") }
       parked(mw, 4)
-      assert_equal 4, scrape(app)["herald_parked_clients"]
+      assert_equal others + 4, scrape(app)["herald_parked_clients"]
       @bus.publish("/lp", "to every parked client 👋")
       polls.each { |t| assert_equal ["to every parked client 👋"], ids(JSON.parse(t.value.body)) }
       s = nil
@@ -68,7 +69,7 @@ module Herald
       assert_equal 1, s["herald_messages_published_total"]
       assert_equal 0, s['herald_messages_delivered_total{transport="subscriber"}'], "the reactor's own subscription (Redis) is no subscriber"
       assert_equal 1, s["herald_delivery_latency_seconds_count"]
-      assert_operator s["herald_parked_clients"], :<=, 1 # the stream, until its deadline
+      assert_operator s["herald_parked_clients"], :<=, others + 1 # the stream, until its deadline
       mw.close
       stream.value
       # A poll answered at once from the backlog: its messages count too.

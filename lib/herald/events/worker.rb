@@ -38,7 +38,8 @@ module Herald
         @store = store
         @stopper = stopper
         @dead_letters = DeadLetters.new(store)
-        @delivery = Delivery.new(subscriber, subscriber.new, dead_letters: @dead_letters, stopper: stopper)
+        @delivery = Delivery.new(subscriber, subscriber.new, dead_letters: @dead_letters, stopper: stopper,
+          controls: store)
         @channels = subscriber.herald_targets.grep(String).freeze
         @classes = subscriber.herald_targets.grep(Module).freeze
         @match = {}

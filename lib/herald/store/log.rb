@@ -111,6 +111,9 @@ module Herald
 
       def local_reads? = true
 
+      # Reads are local already: readers read global_backlog.
+      def announced_backlog(_last_id, limit: nil) = nil
+
       # The directory it keeps its files in (health checks measure its free disk).
       def data_dir = @dir
 

@@ -77,6 +77,9 @@ module Herald
 
       def local_reads? = true
 
+      # Reads are local already: readers read global_backlog.
+      def announced_backlog(_last_id, limit: nil) = nil
+
       def data_dir = nil # nothing on this machine's disk
 
       def bytes_on_disk = nil

@@ -22,6 +22,9 @@ module Herald
 
       def peek_last_global_id = last_global_id
 
+      # Nothing is carried by the wakeups (Redis overrides this): readers read global_backlog.
+      def announced_backlog(_last_id, limit: nil) = nil
+
       def wait(last_global_id, timeout:)
         Limits.validate_wait!(last_global_id, timeout)
         raise ClosedError, "store is closed" if @closed

@@ -9,8 +9,16 @@ module Herald
     class SubscriberStatus
       LAG_SCAN = 10_000 # messages read past a cursor to count its lag ("10000+" beyond)
       WINDOW = 10_000
+      RATE_AFTER = 1.0 # seconds between two samples of a cursor for its events/s
 
-      Row = Struct.new(:name, :subscriber, :cursor, :lag, :lag_more, :lag_seconds, :paused, :holder, :dead, :error,
+      # The cursors this process saw on earlier page loads: events/s is the subscriber's events between two.
+      Sample = Struct.new(:cursor, :at, :rate)
+      @samples = {}
+      @samples_lock = Mutex.new
+
+      def self.sample(key, &block) = @samples_lock.synchronize { block.call(@samples[key]).tap { |s| @samples[key] = s } }
+
+      Row = Struct.new(:name, :subscriber, :cursor, :lag, :lag_more, :lag_seconds, :paused, :holder, :dead, :retrying, :rate, :error,
         keyword_init: true)
 
       def self.names(store)
@@ -35,8 +43,12 @@ module Herald
         klass = subscriber(name)
         cursor = @store.load_cursor(name, default: nil)
         row = Row.new(name: name, subscriber: klass, cursor: cursor, paused: @store.paused?(name),
-          holder: @store.lease_holder(name), dead: @dead.pending(name).size)
-        lag(row, klass) if cursor
+          holder: @store.lease_holder(name), dead: @dead.pending(name).size,
+          retrying: @store.retrying(name))
+        if cursor
+          lag(row, klass)
+          row.rate = rate(name, cursor, klass)
+        end
         row
       rescue CorruptCursorError => e
         Row.new(name: name, subscriber: klass, error: e.message, paused: @store.paused?(name), dead: 0)
@@ -52,6 +64,19 @@ module Herald
         row.lag = mine.size
         row.lag_more = batch.size == LAG_SCAN
         row.lag_seconds = mine.first && [Process.clock_gettime(Process::CLOCK_REALTIME) - mine.first.created_at, 0].max
+      end
+
+      # Events/s since the sample taken at least RATE_AFTER ago (nil on the first look, or after a reset).
+      def rate(name, cursor, klass)
+        now = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+        sample = self.class.sample([@store.epoch, name]) do |prev|
+          next Sample.new(cursor, now, nil) if prev.nil? || cursor < prev.cursor
+          next prev if now - prev.at < RATE_AFTER
+          matcher = Matcher.new(klass)
+          done = @store.global_backlog(prev.cursor, limit: LAG_SCAN).count { |m| m.global_id <= cursor && matcher.match?(m) }
+          Sample.new(cursor, now, done / (now - prev.at))
+        end
+        sample.rate
       end
 
       # The same choice as Events::Worker#match?, cached per channel.
