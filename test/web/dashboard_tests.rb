@@ -170,12 +170,13 @@ module Herald
       assert_includes letters.first.backtrace.first, __FILE__
     end
 
-    def test_retry_of_a_subscriber_not_loaded_here_says_so
+    def test_retry_of_a_subscriber_not_loaded_here_asks_its_worker_through_the_store
       bury("Elsewhere", "/e", boom)
-      status, _, body = post("/dead/retry", {"ids" => "Elsewhere:1"})
-      assert_equal 422, status
-      assert_includes body, "no subscriber named Elsewhere"
-      assert_equal 1, Events::DeadLetters.new(store).pending("Elsewhere").size
+      response = post("/dead/retry", {"ids" => "Elsewhere:1"})
+      assert_equal 303, response[0]
+      assert_match(/Asked Elsewhere's worker to retry 1 dead letters/, notice(response))
+      assert_equal 1, store.last_id(Events::DeadLetters.request_channel("Elsewhere"))
+      assert_equal 1, Events::DeadLetters.new(store).pending("Elsewhere").size, "until its worker runs it"
     end
 
     def test_channels_browse_by_id_and_publish
