@@ -1,6 +1,6 @@
 # frozen_string_literal: true
 
-# Runs message_bus 4.5.1's own spec files, unedited, from the installed gem, against Herald's drop-in
+# Runs message_bus 4.5.1's own spec files (message_bus_spec, rack/middleware_spec, client_spec), unedited, from the installed gem, against Herald's drop-in
 # (`require "herald/message_bus"`) or against message_bus itself (showing the harness is faithful).
 #
 #   ruby test/message_bus_compat/run.rb [dropin|message_bus] [memory|log|redis|postgres]
@@ -20,7 +20,7 @@ require_relative "../support/servers"
 module MessageBusCompat
   ROOT = File.expand_path("../..", __dir__)
   GEM = Gem::Specification.find_by_name("message_bus", "4.5.1").gem_dir
-  SPECS = %w[spec/lib/message_bus_spec.rb spec/lib/message_bus/rack/middleware_spec.rb].freeze
+  SPECS = %w[spec/lib/message_bus_spec.rb spec/lib/message_bus/rack/middleware_spec.rb spec/lib/message_bus/client_spec.rb].freeze
   SHIMS = File.join(__dir__, "shims") # gems the spec_helper requires that only other spec files use
   DROPIN = File.join(__dir__, "dropin") # `require "message_bus"` -> herald/message_bus
 
@@ -67,7 +67,9 @@ module MessageBusCompat
 
   def self.results(spec, target, backend)
     includes = (target == "dropin") ? ["-I", File.join(ROOT, "lib"), "-I", DROPIN] : []
-    cmd = [RbConfig.ruby, *includes, "-I", SHIMS, File.join(GEM, spec), "-v"]
+    # -rsecurerandom: client_spec uses SecureRandom without requiring it; message_bus's rake task runs every
+    # spec file in one process, where another file has loaded it (alone, on memory, it is a NameError).
+    cmd = [RbConfig.ruby, *includes, "-I", SHIMS, "-rsecurerandom", File.join(GEM, spec), "-v"]
     # stdout only: Minitest 5's deprecation warnings on stderr would split its result lines.
     output, errors, status = Dir.mktmpdir("mb-compat") do |dir|
       env = {"MESSAGE_BUS_BACKEND" => backend, "HERALD_DIR" => File.join(dir, "log")}.merge(server_env(backend))
