@@ -189,6 +189,7 @@ module Herald
       assert_equal 71, Herald.last_id(NASTY)
       assert_equal({"text" => "from the form ✓"}, Herald.backlog(NASTY, 70).first.data)
       assert_equal 422, post("/channel/publish", {"name" => NASTY, "data" => "{nope"})[0]
+      assert_match %r{<td class="num rate">71</td>}, get("/channel?name=#{URI.encode_www_form_component(NASTY)}")[2], "published in the last minute"
       assert_match %r{<td class="num">71</td><td class="num">[^<]+</td><td class="num">71</td>}, assert_page(get("/channels"), NASTY.sub("<", "&lt;").sub(">", "&gt;")[0, 12])
     end
 
@@ -252,7 +253,7 @@ module Herald
 
     def test_store_page_reports_the_store
       Herald.publish("/a", "x")
-      body = assert_page(get("/store"), "kind", store.epoch, "last global id")
+      body = assert_page(get("/store"), "kind", store.epoch, "last global id", "parked HTTP clients (this process")
       store_facts(body)
     end
   end

@@ -67,11 +67,18 @@ module Herald
 
       def summary(channel, site, retained)
         bytes = retained.sum { |m| m.payload.bytesize }
-        "<table><tr><th>Last id</th><th>Retained messages</th><th>Retained bytes</th><th>Oldest retained</th>" \
+        "<table><tr><th>Last id</th><th>Retained messages</th><th>Retained bytes</th><th>Published/min</th><th>Oldest retained</th>" \
           "<th>Retention</th></tr><tr><td class=\"num\">#{store.last_id(channel, site_id: site)}</td>" \
           "<td class=\"num\">#{retained.size}</td><td class=\"num\">#{@html.bytes(bytes)}</td>" \
+          "<td class=\"num rate\">#{last_minute(retained)}</td>" \
           "<td>#{"##{retained.first.message_id} at #{@html.time(retained.first.created_at)}" if retained.first}</td>" \
           "<td>#{h(retention)}</td></tr></table>"
+      end
+
+      # Retained messages published in the last 60 s (as retention allows: a channel keeping fewer shows fewer).
+      def last_minute(retained)
+        since = Process.clock_gettime(Process::CLOCK_REALTIME) - 60
+        retained.reverse_each.take_while { |m| m.created_at >= since }.size
       end
 
       # What the store says of its defaults (a publish may set a channel's own: max_backlog_size/age).
