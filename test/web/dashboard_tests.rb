@@ -251,6 +251,12 @@ module Herald
       refute_includes get("/subscribers")[2], "http-equiv"
     end
 
+    def test_a_channels_own_retention_is_shown
+      Herald.publish("/kept", "x", max_backlog_size: 5, max_backlog_age: 3600)
+      assert_page(get("/channel?name=%2Fkept"), "5 messages, 1 h")
+      assert_page(get("/channel?name=%2Fdefault"), "1000 messages, 7 days")
+    end
+
     def test_store_page_reports_the_store
       Herald.publish("/a", "x")
       body = assert_page(get("/store"), "kind", store.epoch, "last global id", "parked HTTP clients (this process")
