@@ -22,7 +22,7 @@ module RemoteRetryTests
     Timeout.timeout(20) { sleep 0.05 until dead.pending("Remote").empty? }
     served = monotonic - started
     post("/dead/retry", {"ids" => "Remote:1"}) # again: resolved, nothing runs
-    sleep 3 * Herald::Events::Worker::PAUSE_CHECK
+    sleep 2 * Herald::Events::Worker::REQUEST_CHECK
     handled = read_ids(handled_path)
     puts "\nremote retry (#{store_kind}): #{COUNT} dead letters retried by the worker in process #{worker} in #{served.round(2)} s; " \
       "handled #{handled.size}, distinct #{handled.uniq.size}"

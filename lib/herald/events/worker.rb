@@ -29,6 +29,7 @@ module Herald
       LEASE_RETRY = 0.5
       MATCH_CACHE_LIMIT = 10_000
       PAUSE_CHECK = 0.2 # seconds between two looks at the store's pause flag (Store::Controls)
+      REQUEST_CHECK = 1.0 # seconds between two looks for dead-letter retries asked by an operator (two reads)
 
       attr_reader :subscriber, :name, :cursor, :error
 
@@ -93,12 +94,12 @@ module Herald
 
       def owner? = !@lease.nil? || acquire
 
-      # Dead-letter retries an operator asked for (DeadLetters#request_retry), looked for every PAUSE_CHECK:
+      # Dead-letter retries an operator asked for (DeadLetters#request_retry), looked for every REQUEST_CHECK:
       # the request cursor is saved after they ran, so a crash runs them again, and DeadLetters skips the
       # letters already resolved.
       def serve_retry_requests
         now = monotonic
-        return if now - (@requests_checked_at ||= -PAUSE_CHECK) < PAUSE_CHECK
+        return if now - (@requests_checked_at ||= -REQUEST_CHECK) < REQUEST_CHECK
         @requests_checked_at = now
         key = Store::Controls::REQUESTS + @name
         served = @store.load_cursor(key, default: 0)
