@@ -235,6 +235,15 @@ module Herald
       assert_includes log, "gave up on /slow"
     end
 
+    def test_a_retry_mark_left_by_a_dead_worker_is_not_shown
+      Herald::Web.subscribers = ["Ghost"]
+      store.mark_retrying("Ghost", 5, 2)
+      refute_includes get("/subscribers")[2], "attempt 2"
+      lease = store.lease("Ghost")
+      assert_includes get("/subscribers")[2], "global id 5, attempt 2 of ?"
+      lease.release
+    end
+
     def test_events_per_second_from_the_cursor_between_page_loads_and_auto_refresh
       define_subscriber("Rated", "/rated", deferred: true) { |*| }
       store.save_cursor("Rated", store.last_global_id)

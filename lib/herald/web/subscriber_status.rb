@@ -55,9 +55,10 @@ module Herald
       def row(name)
         klass = subscriber(name)
         cursor = @store.load_cursor(name, default: nil)
+        holder = @store.lease_holder(name)
+        # A retry mark outlives a worker killed in its backoff: shown only while someone holds the lease.
         row = Row.new(name: name, subscriber: klass, cursor: cursor, paused: @store.paused?(name),
-          holder: @store.lease_holder(name), dead: @dead.pending(name).size,
-          retrying: @store.retrying(name))
+          holder: holder, dead: @dead.pending(name).size, retrying: holder && @store.retrying(name))
         if cursor
           lag(row, klass)
           row.rate = rate(name, cursor, klass)
