@@ -170,12 +170,13 @@ module Herald
       assert_includes letters.first.backtrace.first, __FILE__
     end
 
-    def test_retry_of_a_subscriber_not_loaded_here_says_so
+    def test_retry_of_a_subscriber_not_loaded_here_asks_its_worker_through_the_store
       bury("Elsewhere", "/e", boom)
-      status, _, body = post("/dead/retry", {"ids" => "Elsewhere:1"})
-      assert_equal 422, status
-      assert_includes body, "no subscriber named Elsewhere"
-      assert_equal 1, Events::DeadLetters.new(store).pending("Elsewhere").size
+      response = post("/dead/retry", {"ids" => "Elsewhere:1"})
+      assert_equal 303, response[0]
+      assert_match(/Asked Elsewhere's worker to retry 1 dead letters/, notice(response))
+      assert_equal 1, store.last_id(Events::DeadLetters.request_channel("Elsewhere"))
+      assert_equal 1, Events::DeadLetters.new(store).pending("Elsewhere").size, "until its worker runs it"
     end
 
     def test_channels_browse_by_id_and_publish
@@ -188,6 +189,7 @@ module Herald
       assert_equal 71, Herald.last_id(NASTY)
       assert_equal({"text" => "from the form ✓"}, Herald.backlog(NASTY, 70).first.data)
       assert_equal 422, post("/channel/publish", {"name" => NASTY, "data" => "{nope"})[0]
+      assert_match %r{<td class="num rate">71</td>}, get("/channel?name=#{URI.encode_www_form_component(NASTY)}")[2], "published in the last minute"
       assert_match %r{<td class="num">71</td><td class="num">[^<]+</td><td class="num">71</td>}, assert_page(get("/channels"), NASTY.sub("<", "&lt;").sub(">", "&gt;")[0, 12])
     end
 
@@ -233,6 +235,15 @@ module Herald
       assert_includes log, "gave up on /slow"
     end
 
+    def test_a_retry_mark_left_by_a_dead_worker_is_not_shown
+      Herald::Web.subscribers = ["Ghost"]
+      store.mark_retrying("Ghost", 5, 2)
+      refute_includes get("/subscribers")[2], "attempt 2"
+      lease = store.lease("Ghost")
+      assert_includes get("/subscribers")[2], "global id 5, attempt 2 of ?"
+      lease.release
+    end
+
     def test_events_per_second_from_the_cursor_between_page_loads_and_auto_refresh
       define_subscriber("Rated", "/rated", deferred: true) { |*| }
       store.save_cursor("Rated", store.last_global_id)
@@ -249,9 +260,15 @@ module Herald
       refute_includes get("/subscribers")[2], "http-equiv"
     end
 
+    def test_a_channels_own_retention_is_shown
+      Herald.publish("/kept", "x", max_backlog_size: 5, max_backlog_age: 3600)
+      assert_page(get("/channel?name=%2Fkept"), "5 messages, 1 h")
+      assert_page(get("/channel?name=%2Fdefault"), "1000 messages, 7 days")
+    end
+
     def test_store_page_reports_the_store
       Herald.publish("/a", "x")
-      body = assert_page(get("/store"), "kind", store.epoch, "last global id")
+      body = assert_page(get("/store"), "kind", store.epoch, "last global id", "parked HTTP clients (this process")
       store_facts(body)
     end
   end

@@ -23,12 +23,25 @@ module Herald
 
       def self.names(store)
         declared = Events.registry.deferred.map(&:subscriber_name) + Array(Web.subscribers).map(&:to_s)
-        from = [store.last_global_id - WINDOW, 0].max
-        seen = store.global_backlog(from, limit: WINDOW).filter_map do |m|
-          m.channel.delete_prefix(Events::DeadLetters::PREFIX) if m.channel.start_with?(Events::DeadLetters::PREFIX)
-        end
-        (declared + seen).uniq.sort
+        (declared + dead_letter_names(store)).uniq.sort
       end
+
+      # Names seen on dead-letter channels: the window is read once, then only what was appended since
+      # (kept per store and epoch in this process; a page load does not read 10,000 messages again).
+      def self.dead_letter_names(store)
+        @seen_lock.synchronize do
+          last = store.last_global_id
+          seen = (@seen[[store.object_id, store.epoch]] ||= [0, Set.new])
+          from = [seen[0], last - WINDOW, 0].max
+          store.global_backlog(from, limit: WINDOW).each do |m|
+            seen[1] << m.channel.delete_prefix(Events::DeadLetters::PREFIX) if m.channel.start_with?(Events::DeadLetters::PREFIX)
+          end
+          seen[0] = last
+          seen[1].to_a
+        end
+      end
+      @seen = {}
+      @seen_lock = Mutex.new
 
       def initialize(store)
         @store = store
@@ -42,9 +55,10 @@ module Herald
       def row(name)
         klass = subscriber(name)
         cursor = @store.load_cursor(name, default: nil)
+        holder = @store.lease_holder(name)
+        # A retry mark outlives a worker killed in its backoff: shown only while someone holds the lease.
         row = Row.new(name: name, subscriber: klass, cursor: cursor, paused: @store.paused?(name),
-          holder: @store.lease_holder(name), dead: @dead.pending(name).size,
-          retrying: @store.retrying(name))
+          holder: holder, dead: @dead.pending(name).size, retrying: holder && @store.retrying(name))
         if cursor
           lag(row, klass)
           row.rate = rate(name, cursor, klass)
