@@ -20,6 +20,7 @@ module Herald
       RESET = "herald.reset:"
       RETRYING = "herald.retrying:"
       ATTEMPT = "herald.attempt:"
+      REQUESTS = "herald.retry-requests:" # the last dead-letter retry request a worker served
 
       def pause(name) = save_cursor(PAUSED + name.to_s, 1)
 
