@@ -54,6 +54,26 @@ class PostgresFaultsTest < Minitest::Test
     [thread.value, Process.clock_gettime(Process::CLOCK_MONOTONIC) - started]
   end
 
+  # A reader that has not heard yet of the tables dropped and created again, reading after its cursor,
+  # finds the new store's records whose ids (from 1 again) passed that cursor: the read tells it of the new
+  # epoch, so its Bus starts the new store from its start instead of reading on without the first ones.
+  def test_a_read_of_a_recreated_store_records_tells_the_new_epoch
+    resets = []
+    reader = store(on_reset: ->(old, new) { resets << [old, new] })
+    10.times { |i| append(store, "/r", "old #{i} é") }
+    assert_equal 10, reader.last_global_id
+    epoch = reader.known_epoch
+    @admin.exec("DROP TABLE #{@table}_meta, #{@table}_channels, #{@table}_messages")
+    @admin.exec("DROP FUNCTION #{@table}_append(text, bytea, bigint, float8)")
+    fresh = store # created after the reset: it creates the tables again
+    13.times { |i| append(fresh, "/r", "new #{i} 🎉") }
+    assert_equal ["new 10 🎉", "new 11 🎉", "new 12 🎉"], reader.global_backlog(10).map(&:data)
+    refute_equal epoch, reader.known_epoch, "a read of the new store's records did not tell the reader of its epoch"
+    assert_equal 1, resets.size
+    assert_equal 13, reader.global_backlog(0).size
+    assert_empty reader.global_backlog(13)
+  end
+
   # (3) A backend that stops answering (SIGSTOP: a stalled server, a dead host) must not hang a publish.
   def test_a_publish_to_a_stalled_backend_raises_a_timeout_error_in_time
     s = store(pool: 1, timeout: 1)

@@ -27,6 +27,7 @@ module Herald
     # raising Herald::TimeoutError. libpq's notices (a FATAL when a session is ended) go to Herald.logger.
     class Postgres
       include Networked
+      include Controls
 
       DEFAULT_URL = "postgres://localhost/herald"
       DEFAULT_POOL = 5
@@ -43,7 +44,8 @@ module Herald
         # Newest first, at most the channel's size (trimming is batched, as in Redis), put back in order.
         "backlog" => "SELECT record FROM %<t>s_messages WHERE key = $1 AND message_id > $2 ORDER BY message_id DESC LIMIT $3",
         # Expired rows are left out before the LIMIT: a page is never short while live messages follow.
-        "global" => "SELECT record FROM %<t>s_messages WHERE global_id > $1 AND expires_at > $3 ORDER BY global_id LIMIT $2",
+        "global" => "SELECT m.epoch, r.record FROM %<t>s_meta m LEFT JOIN LATERAL (SELECT record FROM %<t>s_messages " \
+          "WHERE global_id > $1 AND expires_at > $3 ORDER BY global_id LIMIT $2) r ON true WHERE m.id = 1",
         # Before a channel's size grows from $2: trim exactly to $2 (a batched trim leaves up to $2/16 more,
         # which the larger size would bring back).
         "grow" => "WITH c AS (SELECT last_id, trimmed FROM %<t>s_channels WHERE key = $1 FOR UPDATE), " \
@@ -159,7 +161,9 @@ module Herald
         Limits.validate_id!(:last_id, last_id)
         Limits.validate_limit!(limit)
         now = Process.clock_gettime(Process::CLOCK_REALTIME)
-        Packed.decode_all(read { |c| run(c, "global", [last_id, limit, now], 1).column_values(0) })
+        rows = read { |c| run(c, "global", [last_id, limit, now], 1) }
+        new_epoch!(rows.getvalue(0, 0)) if rows.ntuples > 0
+        Packed.decode_all(rows.column_values(1).compact)
       end
 
       def epoch
@@ -184,6 +188,8 @@ module Herald
       def lease(name)
         conn = connect
         key = "herald lease #{@table} #{name}"
+        # The session names its process, so lease_holder can say who holds the lock.
+        conn.exec_params("SELECT set_config('application_name', $1, false)", ["herald #{Store.lease_holder_id}"[0, 63]])
         unless conn.exec_params("SELECT pg_try_advisory_lock(hashtext($1))", [key]).getvalue(0, 0) == "t"
           conn.close
           return nil
@@ -194,6 +200,33 @@ module Herald
           conn.close unless conn.finished?
         end
       end
+
+      def retention(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        @retention.for(key_for(channel, site_id)).dup
+      end
+
+      def stats
+        size, age = @retention.for(nil)
+        {"kind" => "postgresql", "server" => Store.redact_url(@url), "table" => @table,
+         "max_backlog_size" => size, "max_backlog_age" => age}
+      end
+
+      # The advisory lock's holder as its session named itself ("host:pid"), nil when nobody holds it.
+      def lease_holder(name)
+        key = "herald lease #{@table} #{name}"
+        result = read { |c| c.exec_params(LEASE_HOLDER, [key]) }
+        first_value(result)&.delete_prefix("herald ")
+      end
+
+      LEASE_HOLDER = <<~SQL
+        SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = ((hashtext($1)::bigint >> 32) & 4294967295)::oid
+          AND l.objid = (hashtext($1)::bigint & 4294967295)::oid
+        LIMIT 1
+      SQL
 
       # Forget connections and threads inherited from the parent (runs by itself in a forked child).
       # The listener's and the leases' connections are the parent's too: abandoned, never closed (a close,
@@ -309,6 +342,13 @@ module Herald
         when PG::Error then StoreError.new("PostgreSQL at #{@url} refused the statement: #{message}")
         else error
         end
+      end
+
+      # The epoch read with the records: a reader whose listener has not noticed the tables dropped and created
+      # again must not read the new store's records as a continuation of the old one's (ids start from 1
+      # again: those above its cursor would come without the first ones). The meta tells the new last id.
+      def new_epoch!(epoch)
+        last_global_id if @epoch && epoch != @epoch
       end
 
       # A new epoch: the tables were dropped and created again (ids restart from 1). Cached backlogs go, and
