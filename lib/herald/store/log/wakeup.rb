@@ -13,17 +13,8 @@ module Herald
       # killed process but its marker, which the first writer to get ECONNREFUSED removes.
       # When no marker can be written (read-only directory), the listener polls every POLL seconds.
       # The same sockets carry requests for the write lock (WriteLease): a LEASE byte instead of a poke.
-      #
-      # A writer appending in a run pokes its peers at most once per POKE_GAP: a poke per append cost a
-      # sendmsg per peer per publish (7 with 8 processes; 3-9 us each here), and the peer's listener a recv
-      # each, for records it reads at most once a millisecond anyway (Recovery::REFRESH_GAP). In exchange a
-      # listener, once poked, reads again after every refresh until one starts POKE_GAP after the poke
-      # arrived: whatever its writer appended without poking (within POKE_GAP of the poke it sent, so
-      # before that refresh) is read by it. A lone publish after a quiet spell is poked at once, as before.
       class Wakeup
         POLL = 0.5
-        POKE_GAP = 0.001
-        FOLLOW_TICK = 0.001 # a listener's wait between two reads while it follows a poke
         PEERS_TTL = 0.25 # how long the list of peer sockets is trusted before the directory is read again
         POKE = "."
         LEASE = "L"
@@ -68,8 +59,6 @@ module Herald
           @sender = Socket.new(:UNIX, :DGRAM)
           @peers = []
           @peers_at = -PEERS_TTL
-          @poked_at = -POKE_GAP # when this store last poked its peers (notify)
-          @follow_until = 0.0 # until when the listener reads after every wait (listen)
           @thread = Thread.new { listen }
           @thread.name = "herald-log-wakeup"
         end
@@ -77,8 +66,6 @@ module Herald
         # Pokes every other open store of this directory. Never blocks: a peer whose buffer is full has
         # a wakeup pending already. `now`: the monotonic clock, when the caller just read it.
         def notify(now = Process.clock_gettime(Process::CLOCK_MONOTONIC))
-          return if now - @poked_at < POKE_GAP # poked peers follow that poke this long (listen)
-          @poked_at = now
           refresh_peers(now) if now - @peers_at >= PEERS_TTL
           return if @peers.empty?
           dead = nil
@@ -186,21 +173,15 @@ module Herald
             asked = false
             if @socket
               IO.select([@socket], nil, nil, timeout)
-              poked = false
               while (data = @socket.recv_nonblock(64, exception: false)).is_a?(String)
-                (data == LEASE) ? asked = true : poked = true
+                asked ||= data == LEASE
               end
-              # Its writer may append for POKE_GAP from its poke (sent before it got here) without poking.
-              @follow_until = Process.clock_gettime(Process::CLOCK_MONOTONIC) + POKE_GAP if poked
             else
               sleep POLL
             end
             call(@on_lease_request) if asked && @on_lease_request # first: a writer waits for it
-            started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
-            call(@on_wake) # reads what was appended when it runs: after `started`
-            timeout = @on_tick&.call || POLL
-            timeout = FOLLOW_TICK if started < @follow_until && timeout > FOLLOW_TICK # not yet past the gap
-            timeout = timeout.clamp(0.001, POLL)
+            call(@on_wake)
+            timeout = (@on_tick&.call || POLL).clamp(0.001, POLL)
           end
         rescue IOError, Errno::EBADF
           nil # closed (EBADF: by a retire on another thread, before this thread's kill took effect)
