@@ -68,6 +68,9 @@ module Herald
   #   mark_reset(name, dead_letter_id) / reset_mark(name)  an operator moved `name`'s cursor
   #
   # Operators
+  #   retention(channel, site_id: nil) => [max_backlog_size, max_backlog_age]: the channel's retention (the
+  #     store's defaults until a publish set its own); Redis and PostgreSQL answer as this process knows it
+  #     (set by its own publishes), Memory and Log as stored
   #   stats => {String => value}: what the store reports of itself for people (the dashboard's Store page):
   #     "kind", the retention defaults ("max_backlog_size", "max_backlog_age"), and its own facts (the log's
   #     directory, segments, bytes, fsync policy, free disk; a networked store's server). Never decided by.

@@ -47,6 +47,25 @@ poll = ->(user) do
 end
 check "user 5 gets its message", ["secret"], poll.call(5)
 check "user 6 does not (a status reply instead)", false, poll.call(6).include?("secret")
+
+# MessageBus::Client over the same bus: the data users send (accents, emoji, NUL, the stream separator, 1 MB)
+# comes out of its backlog and its chunked stream byte for byte; a user-targeted message only to its user.
+big = "é😀\u0000\r\n|\r\n" + ("x" * 1_000_000)
+MessageBus.publish("/ünï", big)
+MessageBus.publish("/ünï", "für 5", user_ids: [5])
+client = MessageBus::Client.new(client_id: "c1", user_id: 6, message_bus: MessageBus)
+client.subscribe("/ünï", 0)
+check "client backlog", [big, {"/ünï" => 2}], client.backlog.map(&:data)
+reader, writer = IO.pipe
+client.use_chunked = true
+client.io = writer
+read = Thread.new { reader.read }
+client << MessageBus.backlog("/ünï", 0).first
+client.close
+stream = read.value.force_encoding(Encoding::UTF_8)
+payload = stream.split("\r\n\r\n", 2).last[/\A\h+\r\n(.*?)\r\n\|\r\n\r\n/m, 1]
+check "chunked bytes", big, JSON.parse(payload.gsub("\r\n||\r\n", "\r\n|\r\n")).first["data"]
+check "stream ends with [] then the terminator", true, stream.end_with?("[]\r\n|\r\n\r\n0\r\n\r\n")
 MessageBus.destroy
 
 # Nothing configured: Herald's own default bus, on the embedded log ($HERALD_DIR); destroy leaves it to Herald.

@@ -248,6 +248,17 @@ module StoreContract
     assert_nil @store.lease_holder("Sub ✓ <b>")
   end
 
+  def test_retention_of_a_channel_is_the_default_until_a_publish_sets_one
+    s = store(max_backlog_size: 100, max_backlog_age: 3600)
+    append("/r", 1, store: s, max_backlog_size: 5, max_backlog_age: 60)
+    append("/r", 2, store: s)
+    assert_equal [5, 60], s.retention("/r")
+    assert_equal [100, 3600], s.retention("/never ✓")
+    append("/r", 3, store: s, site_id: "s", max_backlog_size: 7)
+    assert_equal [7, 3600], s.retention("/r", site_id: "s")
+    assert_equal [5, 60], s.retention("/r")
+  end
+
   # Pausing is kept in the store (every process's worker reads it), apart from the subscriber's cursor.
   def test_pause_and_resume_are_kept_apart_from_the_cursor
     refute @store.paused?("Sub")

@@ -23,7 +23,8 @@ module Herald
       super
     end
 
-    def app = @app || Herald::Web
+    # Rack::Lint checks every request and response against the Rack spec.
+    def app = @app || ::Rack::Lint.new(Herald::Web)
 
     # => [status, headers, body String]
     def request(method, path, params: nil, headers: {}, cookies: true)

@@ -170,12 +170,13 @@ module Herald
       assert_includes letters.first.backtrace.first, __FILE__
     end
 
-    def test_retry_of_a_subscriber_not_loaded_here_says_so
+    def test_retry_of_a_subscriber_not_loaded_here_asks_its_worker_through_the_store
       bury("Elsewhere", "/e", boom)
-      status, _, body = post("/dead/retry", {"ids" => "Elsewhere:1"})
-      assert_equal 422, status
-      assert_includes body, "no subscriber named Elsewhere"
-      assert_equal 1, Events::DeadLetters.new(store).pending("Elsewhere").size
+      response = post("/dead/retry", {"ids" => "Elsewhere:1"})
+      assert_equal 303, response[0]
+      assert_match(/Asked Elsewhere's worker to retry 1 dead letters/, notice(response))
+      assert_equal 1, store.last_id(Events::DeadLetters.request_channel("Elsewhere"))
+      assert_equal 1, Events::DeadLetters.new(store).pending("Elsewhere").size, "until its worker runs it"
     end
 
     def test_channels_browse_by_id_and_publish
@@ -188,6 +189,7 @@ module Herald
       assert_equal 71, Herald.last_id(NASTY)
       assert_equal({"text" => "from the form ✓"}, Herald.backlog(NASTY, 70).first.data)
       assert_equal 422, post("/channel/publish", {"name" => NASTY, "data" => "{nope"})[0]
+      assert_match %r{<td class="num rate">71</td>}, get("/channel?name=#{URI.encode_www_form_component(NASTY)}")[2], "published in the last minute"
       assert_match %r{<td class="num">71</td><td class="num">[^<]+</td><td class="num">71</td>}, assert_page(get("/channels"), NASTY.sub("<", "&lt;").sub(">", "&gt;")[0, 12])
     end
 
@@ -214,9 +216,59 @@ module Herald
       assert_match %r{data-subscriber="RunsElsewhere">.*?<td class="num lag">1</td>}m, get("/subscribers")[2]
     end
 
+    def test_a_retry_in_progress_is_shown_then_cleared
+      log = capture_log do
+        calls = Queue.new
+        define_subscriber("Slow", "/slow", deferred: true, retry_on: {attempts: 3, wait: 0.4}) do |*|
+          calls << true
+          raise IOError, "down"
+        end
+        Herald.start_workers
+        msg = store.append("/slow", "1", codec: Codec::Json)
+        Timeout.timeout(10) { calls.pop }
+        shown = %r{data-subscriber="Slow">.*global id #{msg.global_id}, attempt 2 of 3}m
+        Timeout.timeout(10) { sleep 0.02 until get("/subscribers")[2].match?(shown) } # until the second call, 0.4 s on
+        Timeout.timeout(10) { sleep 0.05 until Events::DeadLetters.new(store).pending("Slow").any? }
+        Timeout.timeout(10) { sleep 0.05 while store.retrying("Slow") }
+        refute_match(/attempt \d of 3/, get("/subscribers")[2])
+      end
+      assert_includes log, "gave up on /slow"
+    end
+
+    def test_a_retry_mark_left_by_a_dead_worker_is_not_shown
+      Herald::Web.subscribers = ["Ghost"]
+      store.mark_retrying("Ghost", 5, 2)
+      refute_includes get("/subscribers")[2], "attempt 2"
+      lease = store.lease("Ghost")
+      assert_includes get("/subscribers")[2], "global id 5, attempt 2 of ?"
+      lease.release
+    end
+
+    def test_events_per_second_from_the_cursor_between_page_loads_and_auto_refresh
+      define_subscriber("Rated", "/rated", deferred: true) { |*| }
+      store.save_cursor("Rated", store.last_global_id)
+      rate = %r{data-subscriber="Rated">.*?<td class="num rate">([\d.]*)</td>}m
+      assert_equal "", get("/subscribers")[2][rate, 1], "no rate on the first look"
+      ids = 10.times.map { store.append("/rated", "1", codec: Codec::Json).global_id }
+      5.times { store.append("/other", "1", codec: Codec::Json) } # not its events
+      store.save_cursor("Rated", store.last_global_id)
+      sleep Web::SubscriberStatus::RATE_AFTER + 0.05
+      shown = Float(get("/subscribers")[2][rate, 1])
+      assert_includes 4.0..10.0, shown, "10 of its events in about a second (#{ids.size} published)"
+      body = get("/subscribers?refresh=on")[2]
+      assert_includes body, "<meta http-equiv=\"refresh\" content=\"2\">"
+      refute_includes get("/subscribers")[2], "http-equiv"
+    end
+
+    def test_a_channels_own_retention_is_shown
+      Herald.publish("/kept", "x", max_backlog_size: 5, max_backlog_age: 3600)
+      assert_page(get("/channel?name=%2Fkept"), "5 messages, 1 h")
+      assert_page(get("/channel?name=%2Fdefault"), "1000 messages, 7 days")
+    end
+
     def test_store_page_reports_the_store
       Herald.publish("/a", "x")
-      body = assert_page(get("/store"), "kind", store.epoch, "last global id")
+      body = assert_page(get("/store"), "kind", store.epoch, "last global id", "parked HTTP clients (this process")
       store_facts(body)
     end
   end

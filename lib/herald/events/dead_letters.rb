@@ -27,6 +27,28 @@ module Herald
 
       def self.resolved_channel(name) = "#{RESOLVED_PREFIX}#{name}"
 
+      # Retries asked of the subscriber's worker, wherever it runs (the dashboard's process may not load the
+      # subscriber's class): MessagePack {"ids" => [...]} records; the worker holding the lease serves them.
+      REQUEST_PREFIX = "/herald/dead-retry/"
+
+      def self.request_channel(name) = "#{REQUEST_PREFIX}#{name}"
+
+      def request_retry(name, ids)
+        ids.each_slice(RESOLVE_BATCH) do |slice|
+          @store.append(self.class.request_channel(name), Codec::Msgpack.encode({"ids" => slice}), codec: Codec::Msgpack,
+            max_backlog_size: MAX_BACKLOG_SIZE)
+        end
+      end
+
+      # Runs the retries asked since request id `after` (see request_retry); returns the last request id
+      # served. Letters already resolved are skipped, so serving a request again runs nothing twice.
+      def serve_retry_requests(subscriber, after)
+        requests = @store.backlog(self.class.request_channel(subscriber.subscriber_name), after)
+        return after if requests.empty?
+        retry_letters(subscriber, requests.flat_map { |m| m.data["ids"] })
+        requests.last.message_id
+      end
+
       def initialize(store)
         @store = store
       end
@@ -109,12 +131,7 @@ module Herald
         end
       end
 
-      private
-
-      def dead_messages
-        @store.global_backlog(0).select { |m| m.channel.start_with?(PREFIX) }
-      end
-
+      # A stored dead-letter message as a Letter (its original message rebuilt).
       def letter(m)
         d = m.data
         codec = Codec.fetch(d["codec"])
@@ -123,6 +140,12 @@ module Herald
         Letter.new(id: m.message_id, subscriber: d["subscriber"], global_id: d["global_id"], channel: d["channel"],
           error: d["error"], error_message: d["error_message"], attempts: d["attempts"], failed_at: d["failed_at"],
           message: original, backtrace: d["backtrace"])
+      end
+
+      private
+
+      def dead_messages
+        @store.global_backlog(0).select { |m| m.channel.start_with?(PREFIX) }
       end
 
       # The payload as every store returns it: JSON text is UTF-8, other codecs' bytes binary.

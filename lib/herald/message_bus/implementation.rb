@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "fileutils"
-
 module MessageBus
   # message_bus's module API over one Herald::Bus (built on first use from `configure`).
   module Implementation
@@ -24,6 +22,12 @@ module MessageBus
     end
 
     def config = @config
+
+    def redis_config = @config[:redis_config] || {}
+
+    def redis_config=(config)
+      configure(backend: :redis, redis_config: config)
+    end
 
     def logger = @config[:logger] ||= Herald.logger
 
@@ -184,8 +188,7 @@ module MessageBus
       return if @shared
       @herald_bus = nil
       old&.close
-      # message_bus's reset! deletes every message: for the embedded log, the files of its directory.
-      FileUtils.rm_rf(Dir.children(old.store.dir).map { |f| File.join(old.store.dir, f) }) if old&.store.is_a?(Herald::Store::Log)
+      Backend.wipe(@config[:backend], old.store) if old
       subs = @mutex.synchronize { @subscriptions.dup }
       fresh = subs.map { |ch, site, blk, _| [ch, site, blk, herald_subscribe(ch, site, 0, blk)] }
       @mutex.synchronize { @subscriptions = fresh }

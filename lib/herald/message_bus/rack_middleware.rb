@@ -11,6 +11,11 @@ module MessageBus
 
       attr_reader :started_listener # message_bus's: whether it subscribed to the bus (Herald's never does)
 
+      # message_bus's reply body: a JSON array of {global_id, message_id, channel, data}.
+      def self.backlog_to_json(backlog)
+        JSON.dump(backlog.map { |m| {global_id: m.global_id, message_id: m.message_id, channel: m.channel, data: m.data} })
+      end
+
       def initialize(app, config = {})
         @app = app
         @bus = config[:message_bus] || MessageBus

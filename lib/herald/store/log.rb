@@ -192,6 +192,14 @@ module Herald
 
       def closed? = @closed
 
+      def retention(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        reading do
+          ch = @index.channels[Store.channel_key(channel, site_id)]
+          ch ? [ch.max_size, ch.max_age] : [@max_backlog_size, @max_backlog_age]
+        end
+      end
+
       # For operators: segments and bytes on disk, fsync policy, free disk, whether this process holds the
       # write lease now (another process may hold it between its appends: see WriteLease).
       def stats

@@ -145,6 +145,14 @@ module Herald
 
       def lease_holder(name) = @lock.synchronize { @leases[name] }
 
+      def retention(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        @lock.synchronize do
+          ch = @channels[Store.channel_key(channel, site_id)]
+          ch ? [ch.max_size, ch.max_age] : [@max_backlog_size, @max_backlog_age]
+        end
+      end
+
       def stats
         @lock.synchronize do
           {"kind" => "memory", "max_backlog_size" => @max_backlog_size, "max_backlog_age" => @max_backlog_age,

@@ -201,6 +201,11 @@ module Herald
         end
       end
 
+      def retention(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        @retention.for(key_for(channel, site_id)).dup
+      end
+
       def stats
         size, age = @retention.for(nil)
         {"kind" => "postgresql", "server" => Store.redact_url(@url), "table" => @table,

@@ -224,6 +224,11 @@ module Herald
         end
       end
 
+      def retention(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        @retention.for(Store.channel_key(channel, site_id)).dup
+      end
+
       def stats
         size, age = @retention.for(nil)
         {"kind" => "redis", "server" => Store.redact_url(@url), "namespace" => @namespace,

@@ -67,19 +67,32 @@ module Herald
 
       def summary(channel, site, retained)
         bytes = retained.sum { |m| m.payload.bytesize }
-        "<table><tr><th>Last id</th><th>Retained messages</th><th>Retained bytes</th><th>Oldest retained</th>" \
+        "<table><tr><th>Last id</th><th>Retained messages</th><th>Retained bytes</th><th>Published/min</th><th>Oldest retained</th>" \
           "<th>Retention</th></tr><tr><td class=\"num\">#{store.last_id(channel, site_id: site)}</td>" \
           "<td class=\"num\">#{retained.size}</td><td class=\"num\">#{@html.bytes(bytes)}</td>" \
+          "<td class=\"num rate\">#{last_minute(retained)}</td>" \
           "<td>#{"##{retained.first.message_id} at #{@html.time(retained.first.created_at)}" if retained.first}</td>" \
-          "<td>#{h(retention)}</td></tr></table>"
+          "<td>#{h(retention(channel, site))}</td></tr></table>"
       end
 
-      # What the store says of its defaults (a publish may set a channel's own: max_backlog_size/age).
-      def retention
-        facts = store.stats
-        size, age = facts.values_at("max_backlog_size", "max_backlog_age")
-        return "store defaults: not reported" unless size
-        "store default: #{size} messages, #{age} s (a publish may set a channel's own)"
+      # Retained messages published in the last 60 s (as retention allows: a channel keeping fewer shows fewer).
+      def last_minute(retained)
+        since = Process.clock_gettime(Process::CLOCK_REALTIME) - 60
+        retained.reverse_each.take_while { |m| m.created_at >= since }.size
+      end
+
+      # The channel's retention as the store reports it (Store#retention).
+      def retention(channel, site)
+        size, age = store.retention(channel, site_id: site)
+        "#{size} messages, #{duration(age)}"
+      end
+
+      # In the largest unit that divides it: 604800 => "7 days", 3600 => "1 h", 90 => "90 s".
+      def duration(seconds)
+        [[86_400, "days"], [3600, "h"], [60, "min"]].each do |unit, name|
+          return "#{seconds / unit} #{name}" if seconds >= unit && (seconds % unit).zero?
+        end
+        "#{seconds} s"
       end
 
       def browse_form(channel = nil, site = nil)

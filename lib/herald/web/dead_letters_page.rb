@@ -5,17 +5,20 @@ module Herald
     # Dead letters of every subscriber (or one), filtered by subscriber and error class, newest first,
     # PER_PAGE a page; Retry / Delete one, or all that the filter shows.
     #
-    # Retry runs the subscriber's handler in this process (as `herald replay` does): its class must be
-    # loaded here. Events::DeadLetters#retry_letters takes a lease, so two retries never overlap, and
-    # marks each letter resolved right after its call: a retried event is handled once.
+    # Retry runs the subscriber's handler in this process (as `herald replay` does) when its class is
+    # loaded here, else asks its worker through the store (DeadLetters#request_retry), which runs it within
+    # a moment. Events::DeadLetters#retry_letters takes a lease, so two retries never overlap, and marks
+    # each letter resolved right after its call: a retried event is handled once.
     class DeadLettersPage < Page
       PER_PAGE = 50
 
+      # Works on the stored messages: only the letters shown are rebuilt (Letter); the error filter reads
+      # each message's decoded data, which the in-memory stores keep with the message.
       def show
         letters = filtered
         page = [integer("page", default: 1), 1].max
         pages = [(letters.size + PER_PAGE - 1) / PER_PAGE, 1].max
-        shown = letters.reverse.slice((page - 1) * PER_PAGE, PER_PAGE) || []
+        shown = (letters.reverse.slice((page - 1) * PER_PAGE, PER_PAGE) || []).map { |_, m| dead_letters.letter(m) }
         render("Dead letters", "/dead") do
           "<h1>Dead letters</h1>#{filters(letters.size)}#{bulk_actions(letters.size)}" \
             "<table><tr><th>Subscriber</th><th>#</th><th>Event</th><th>Error</th><th>Attempts</th>" \
@@ -24,13 +27,16 @@ module Herald
         end
       end
 
+      # Here when the subscriber's class is loaded in this process; else its worker is asked, through the store.
       def retry
-        results = by_subscriber(targets).flat_map do |name, ids|
-          subscriber = Events.registry.find(name)
-          dead_letters.retry_letters(subscriber, ids)
-        end
+        local, remote = by_subscriber(targets).partition { |name, _| SubscriberStatus.new(store).subscriber(name) }
+        results = local.flat_map { |name, ids| dead_letters.retry_letters(SubscriberStatus.new(store).subscriber(name), ids) }
+        remote.each { |name, ids| dead_letters.request_retry(name, ids) }
         failed = results.count { |_, e| e }
-        redirect(back, "Retried #{results.size} dead letters: #{results.size - failed} handled, #{failed} failed again")
+        notice = []
+        notice << "Retried #{results.size} dead letters: #{results.size - failed} handled, #{failed} failed again" unless local.empty?
+        remote.each { |name, ids| notice << "Asked #{name}'s worker to retry #{ids.size} dead letters (it runs elsewhere)" }
+        redirect(back, notice.join("; "))
       end
 
       def delete
@@ -47,19 +53,27 @@ module Herald
 
       def error_filter = @req["error"].to_s
 
+      def all_names = @all_names ||= SubscriberStatus.names(store)
+
       def names
-        @names ||= subscriber_filter.empty? ? SubscriberStatus.names(store) : [subscriber_filter]
+        @names ||= subscriber_filter.empty? ? all_names : [subscriber_filter]
       end
 
-      def pending = @pending ||= names.flat_map { |n| dead_letters.pending(n) }
+      # [[subscriber name, stored dead-letter message], ...] not resolved yet, oldest first per subscriber.
+      def pending
+        @pending ||= names.flat_map do |name|
+          resolved = dead_letters.resolved_ids(name)
+          store.backlog(Events::DeadLetters.channel(name), 0).filter_map { |m| [name, m] unless resolved.include?(m.message_id) }
+        end
+      end
 
       def filtered
-        error_filter.empty? ? pending : pending.select { |l| l.error == error_filter }
+        error_filter.empty? ? pending : pending.select { |_, m| m.data["error"] == error_filter }
       end
 
       # The letters a POST names: "ids" as "subscriber:id" pairs, or every one the filter shows.
       def targets
-        return filtered.map { |l| [l.subscriber, l.id] } if @req["scope"] == "filtered"
+        return filtered.map { |name, m| [name, m.message_id] } if @req["scope"] == "filtered"
         @req.all("ids").map do |pair|
           name, id = pair.rpartition(":").values_at(0, 2)
           raise InvalidArgumentError, "not a dead letter: #{pair[0, 80].inspect}" unless id.match?(/\A\d{1,19}\z/) && !name.empty?
@@ -72,8 +86,8 @@ module Herald
       def back = "/dead?#{URI.encode_www_form("subscriber" => subscriber_filter, "error" => error_filter)}"
 
       def filters(count)
-        errors = pending.map(&:error).uniq.sort
-        "<form class=\"bar\" method=\"get\" action=\"#{@html.url("/dead")}\">Subscriber #{select("subscriber", SubscriberStatus.names(store), subscriber_filter)}" \
+        errors = pending.map { |_, m| m.data["error"].to_s }.uniq.sort
+        "<form class=\"bar\" method=\"get\" action=\"#{@html.url("/dead")}\">Subscriber #{select("subscriber", all_names, subscriber_filter)}" \
           " Error #{select("error", errors, error_filter)} <button>Filter</button> <span class=\"muted\">#{count} dead letters</span></form>"
       end
 

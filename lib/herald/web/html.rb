@@ -47,11 +47,11 @@ module Herald
 
       def base = @req.script_name
 
-      def layout(title, active)
+      def layout(title, active, refresh: nil)
         notice = @req["notice"]
         <<~HTML
           <!doctype html><html lang="en"><head><meta charset="utf-8"><title>#{h(title)} · Herald</title>
-          <meta name="viewport" content="width=device-width"><style>#{CSS}</style></head><body>
+          <meta name="viewport" content="width=device-width">#{"<meta http-equiv=\"refresh\" content=\"#{refresh.to_i}\">" if refresh}<style>#{CSS}</style></head><body>
           <header><strong>Herald</strong>#{nav(active)}#{'<span class="ro">read-only</span>' if @read_only}</header>
           <main>#{"<p class=\"notice\">#{h(notice)}</p>" if notice}#{yield}</main></body></html>
         HTML
@@ -126,8 +126,8 @@ module Herald
 
       def h(value) = Html.h(value)
 
-      def render(title, active, status: 200, &block)
-        [status, Html::HEADERS.dup, [@html.layout(title, active, &block)]]
+      def render(title, active, status: 200, refresh: nil, &block)
+        [status, Html::HEADERS.dup, [@html.layout(title, active, refresh: refresh, &block)]]
       end
 
       def redirect(path, notice) = @web.redirect(@req, path, notice: notice)

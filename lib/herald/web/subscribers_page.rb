@@ -7,11 +7,12 @@ module Herald
       def show
         status = SubscriberStatus.new(store)
         rows = SubscriberStatus.names(store).map { |name| status.row(name) }
-        render("Subscribers", "/subscribers") do
+        render("Subscribers", "/subscribers", refresh: refresh) do
           "<h1>Subscribers</h1><p class=\"muted\">Log's last global id: #{store.last_global_id}. Lag counts a " \
-            "subscriber's own events after its cursor (every message when its class is not loaded here).</p>" \
+            "subscriber's own events after its cursor (every message when its class is not loaded here); events/s " \
+            "from the cursor's moves between page loads. #{refresh_link}</p>" \
             "<table><tr><th>Subscriber</th><th>Cursor</th><th>Lag (events)</th><th>Lag (seconds)</th>" \
-            "<th>Lease holder</th><th>Dead letters</th><th>State</th><th>Actions</th></tr>" \
+            "<th>Events/s</th><th>Lease holder</th><th>Retrying</th><th>Dead letters</th><th>State</th><th>Actions</th></tr>" \
             "#{rows.map { |r| row(r) }.join}</table>#{"<p class=\"muted\">No durable subscribers yet.</p>" if rows.empty?}"
         end
       end
@@ -45,6 +46,15 @@ module Herald
       end
 
       private
+
+      REFRESH = 2 # seconds, with ?refresh=on
+
+      def refresh = (@req["refresh"] == "on") ? REFRESH : nil
+
+      def refresh_link
+        return "<a href=\"#{@html.url("/subscribers")}\">Stop refreshing</a>" if refresh
+        "<a href=\"#{@html.url("/subscribers", "refresh" => "on")}\">Refresh every #{REFRESH} s</a>"
+      end
 
       def name!
         name = @req["name"].to_s
@@ -86,9 +96,15 @@ module Herald
         seconds = r.lag_seconds ? format("%.1f", r.lag_seconds) : ""
         "<tr data-subscriber=\"#{h(name)}\"><td>#{h(name)}#{" <span class=\"muted\">(not loaded here)</span>" unless r.subscriber}" \
           "#{"<div class=\"error\">#{h(r.error)}</div>" if r.error}</td><td class=\"num\">#{h(r.cursor)}</td>" \
-          "<td class=\"num lag\">#{lag}</td><td class=\"num\">#{seconds}</td><td>#{h(r.holder || "none")}</td>" \
+          "<td class=\"num lag\">#{lag}</td><td class=\"num\">#{seconds}</td><td class=\"num rate\">#{r.rate&.round(1)}</td><td>#{h(r.holder || "none")}</td><td>#{retrying(r)}</td>" \
           "<td class=\"num\"><a href=\"#{@html.url("/dead", "subscriber" => name)}\">#{r.dead}</a></td><td>#{state}</td>" \
           "<td>#{actions(r)}</td></tr>"
+      end
+
+      def retrying(r)
+        return "" unless r.retrying
+        global_id, attempt = r.retrying
+        "global id #{global_id}, attempt #{attempt} of #{r.subscriber&.retry_policy&.attempts || "?"}"
       end
 
       def actions(r)
