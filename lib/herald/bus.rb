@@ -156,7 +156,7 @@ module Herald
       msg = @store.append(channel, bytes, codec: @codec, user_ids: user_ids, group_ids: group_ids, client_ids: client_ids,
         site_id: site_id, max_backlog_size: max_backlog_size, max_backlog_age: max_backlog_age)
       Metrics::PUBLISH_DURATION.observe(Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
-      Metrics::PUBLISHED.increment
+      Metrics::PUBLISHED.add
       msg
     end
 

@@ -66,7 +66,7 @@ module Herald
         return if id <= @last_id
         @last_id = id
       end
-      Metrics::DELIVERED.increment(1, "subscriber") if @counted
+      Metrics::DELIVERED.add(1, Metrics::SUBSCRIBER) if @counted
       @callback.call(msg)
     end
 

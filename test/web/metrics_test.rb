@@ -79,6 +79,32 @@ module Herald
       assert_equal 5, scrape(app)['herald_messages_delivered_total{transport="long_poll"}']
     end
 
+    # Identical polls answered from the reply cache (the middleware's, and herald server's front end's) count
+    # their messages each time, as the first, built reply did.
+    def test_replies_from_the_reply_cache_count_their_messages
+      3.times { |i| @bus.publish("/cached", "m#{i} 👋") }
+      mw = middleware
+      m = mock(mw)
+      4.times { |i| assert_equal %w[m0 m1 m2].map { |t| "#{t} 👋" }, ids(JSON.parse(poll(m, {"/cached" => 0}, client: "c#{i}", query: "dlp=t").body)) }
+      assert_equal 4 * 3, scrape(app)['herald_messages_delivered_total{transport="long_poll"}'], "1 built + 3 cached replies of 3"
+      require "herald/server"
+      front = Herald::Server::Front.new(app: mw, inline: ->(path) { path.start_with?("/message-bus/") }, host: "127.0.0.1", port: 0,
+        threads: 2, max_request_bytes: Herald::Server::DEFAULT_MAX_REQUEST_BYTES, cache: Herald::Rack::ReplyCache.new(store: @bus.store, prefix: mw.prefix)).start
+      socket = TCPSocket.new("127.0.0.1", front.port) # keep-alive: the front end keeps replies on such connections
+      5.times do |i|
+        body = "/cached=1"
+        socket.write("POST /message-bus/f#{i}/poll?dlp=t HTTP/1.1\r\nHost: x\r\nContent-Type: application/x-www-form-urlencoded\r\n" \
+          "Content-Length: #{body.bytesize}\r\n\r\n#{body}")
+        head = socket.readline("\r\n\r\n")
+        reply = socket.read(Integer(head[/^content-length: (\d+)/i, 1]))
+        assert_equal ["HTTP/1.1 200", %w[m1 m2].map { |t| "#{t} 👋" }], [head[0, 12], ids(JSON.parse(reply.force_encoding("UTF-8")))]
+      end
+      assert_equal 4 * 3 + 5 * 2, scrape(app)['herald_messages_delivered_total{transport="long_poll"}'], "front: 1 built, then its cache"
+    ensure
+      socket&.close
+      front&.stop
+    end
+
     # No label is a channel: 10,000 channels make no more series than one.
     def test_series_stay_bounded_with_ten_thousand_channels
       @bus.publish("/one", 1)
@@ -88,6 +114,27 @@ module Herald
       assert_equal before.sort, after.keys.sort
       assert_equal 10_001, after["herald_messages_published_total"]
       refute(after.keys.any? { |k| k.include?("/c/") })
+    end
+
+    # The lock-free counters and histograms lose nothing when threads add at once.
+    def test_threads_adding_at_once_lose_nothing
+      threads = Array.new(8) do |t|
+        Thread.new do
+          20_000.times do |i|
+            Metrics::DELIVERED.add(1, Metrics::SSE)
+            Metrics::FSYNC_DURATION.observe(i.odd? ? 0.0001 : 20.0)
+            Metrics::RETRIES.increment(1, "T#{t % 3}")
+          end
+        end
+      end
+      threads.each(&:join)
+      s = scrape(app)
+      assert_equal 160_000, s['herald_messages_delivered_total{transport="sse"}']
+      assert_equal 160_000, s["herald_fsync_duration_seconds_count"]
+      assert_equal 80_000, s['herald_fsync_duration_seconds_bucket{le="0.0001"}']
+      assert_equal 80_000, s['herald_fsync_duration_seconds_bucket{le="10"}']
+      assert_in_delta 80_000 * 20.0001, s["herald_fsync_duration_seconds_sum"], 0.01
+      assert_equal 160_000, (0..2).sum { |t| s["herald_retries_total{subscriber=\"T#{t}\"}"] }
     end
 
     # Subscriber labels are capped: names beyond MAX_LABEL_VALUES count as "other".
@@ -154,6 +201,17 @@ class RedisStoreMetricsTest < Minitest::Test
     refute s.key?("herald_log_bytes")
     assert_equal 1, s["herald_store_up"]
   end
+end
+
+class PostgresStoreMetricsTest < Minitest::Test
+  include Herald::MetricsCases
+
+  def setup
+    Herald::TestServers.require!(self, :postgres)
+    super
+  end
+
+  def build_store = Herald::Store::Postgres.new(url: Herald::TestServers.postgres_url, table: "m_#{SecureRandom.hex(5)}")
 end
 
 # Retries and dead letters of deferred subscribers, and their handler calls as deliveries.

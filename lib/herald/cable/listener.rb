@@ -152,7 +152,7 @@ module Herald
           next unless msg.global_id > entry.floor
           payload ||= Codec::Raw.decode(msg.payload)
           call_later(entry.callback, payload)
-          Metrics::DELIVERED.increment(1, "cable")
+          Metrics::DELIVERED.add(1, Metrics::CABLE)
         end
       end
 

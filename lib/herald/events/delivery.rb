@@ -50,7 +50,7 @@ module Herald
         attempt = 1
         loop do
           call(msg, attempt)
-          Metrics::DELIVERED.increment(1, "subscriber")
+          Metrics::DELIVERED.add(1, Metrics::SUBSCRIBER)
           return true
         rescue *STOPS
           raise

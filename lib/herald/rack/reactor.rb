@@ -323,7 +323,7 @@ module Herald
         end
         after_fan_out(finished, stragglers, others, trace, started, taken: polls)
         batch.each { |msg| written(msg, 0) } if shared > 0 || others
-        Metrics::DELIVERED.increment(shared, "long_poll") if shared > 0
+        Metrics::DELIVERED.add(shared, Metrics::LONG_POLL) if shared > 0
       end
 
       # The usual fan-out: one message. Per reader only what cannot wait: its position, its permission when the
@@ -367,7 +367,7 @@ module Herald
       # Metrics of a fan-out, after its writes: the messages of the shared replies (the other readers count
       # their own in Connection#deliver), and the time from the message's append (the store's wall clock) to now.
       def written(msg, shared)
-        Metrics::DELIVERED.increment(shared, "long_poll") if shared > 0
+        Metrics::DELIVERED.add(shared, Metrics::LONG_POLL) if shared > 0
         Metrics::DELIVERY_LATENCY.observe(Process.clock_gettime(Process::CLOCK_REALTIME) - msg.created_at)
       end
 

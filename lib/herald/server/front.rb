@@ -232,7 +232,8 @@ module Herald
         status, headers, rbody = @pool.call_app(env)
         return if env[Rack::EnvKeys::HIJACKED]
         bytes = respond(conn, env, status, headers, rbody, keep)
-        @cache.store(miss, bytes.dup.freeze, stamp) if miss && status == 200 && env[Rack::EnvKeys::SHARED_REPLY]
+        shared = env[Rack::EnvKeys::SHARED_REPLY] # the number of messages in the reply
+        @cache.store(miss, bytes.dup.freeze, stamp, shared) if miss && status == 200 && shared
       end
 
       # The ReplyCache's whole HTTP reply for a repeated poll (a String), a ReplyCache::Miss, or nil.
