@@ -12,7 +12,9 @@
 # in the machine's load hits every row alike; the table gives the median over rounds of each round's p50 and p99,
 # with the spread (min-max), and every round's missing (not there 5 s after the last broadcast), duplicated
 # and out-of-order broadcasts, summed. BENCH_ROWS=regexp picks rows.
-# BENCH_SIZE: payload bytes (200). Servers: test/support/servers.rb (REDIS_URL / DATABASE_URL to use others).
+# BENCH_SIZE: payload bytes (200). BENCH_BASE_LIB=DIR adds a row for each Herald row with Herald's lib/ from DIR
+# (another checkout's, e.g. `git archive main lib | tar -x -C DIR`), interleaved with this one's: an A/B in one run.
+# Servers: test/support/servers.rb (REDIS_URL / DATABASE_URL to use others).
 require "json"
 require "open3"
 require "rbconfig"
@@ -92,9 +94,9 @@ RUBY
 Worker = Struct.new(:stdin, :stdout, :thread) do
   # A worker that does not start (ActionCable's PostgreSQL adapter refuses payloads over 8,000 bytes) raises
   # the first error line it printed.
-  def self.start(script, env)
+  def self.start(script, env, lib: LIB)
     errors = File.join(Dir.tmpdir, "cable-bench-#{Process.pid}-#{rand(1 << 30)}.err")
-    stdin, stdout, thread = Open3.popen2(env, RbConfig.ruby, "-I", LIB, "-e", script, err: errors)
+    stdin, stdout, thread = Open3.popen2(env, RbConfig.ruby, "-I", lib, "-e", script, err: errors)
     line = stdout.gets
     unless line == "ready\n"
       thread.value
@@ -131,11 +133,24 @@ rows = {
   "Herald, PostgreSQL" => {"adapter" => "herald", "store" => postgres, "table" => "cable_bench"}
 }
 rows.select! { |name, _| name.match?(Regexp.new(ENV["BENCH_ROWS"], Regexp::IGNORECASE)) } if ENV["BENCH_ROWS"] # e.g. "herald"
+BASE_LIB = ENV["BENCH_BASE_LIB"] && File.expand_path(File.join(ENV["BENCH_BASE_LIB"], "lib"))
+if BASE_LIB
+  rows = rows.flat_map do |name, cable|
+    row = [[name, cable]]
+    # Its own namespace, table or directory: neither row's subscriber hears the other's broadcasts.
+    own = cable.to_h { |k, v| [k, %w[namespace table].include?(k) ? "#{v}_base" : v] }
+    own["store"] = "#{dir}-base" if cable["store"] == dir
+    row << ["#{name} (base: #{ENV["BENCH_BASE_LIB"]})", own.merge("lib" => BASE_LIB)] if cable["adapter"] == "herald"
+    row
+  end.to_h
+end
 load_before = Bench.loadavg
 results = rows.keys.to_h { |name| [name, {p50: [], p99: [], missing: 0, duplicated: 0, out_of_order: 0}] }
 workers = rows.to_h do |name, cable|
   env = {"CABLE" => JSON.generate(cable), "PG_URL" => postgres, "COUNT" => COUNT.to_s, "PAUSE" => PAUSE.to_s, "SIZE" => SIZE.to_s}
-  [name, [Worker.start(SUBSCRIBER, env), Worker.start(PUBLISHER, env)]]
+  lib = cable.delete("lib") || LIB
+  env["CABLE"] = JSON.generate(cable)
+  [name, [Worker.start(SUBSCRIBER, env, lib: lib), Worker.start(PUBLISHER, env, lib: lib)]]
 rescue => e
   results[name][:failure] = e.message
   [name, nil]
@@ -158,7 +173,7 @@ Bench::ROUNDS.times do |round|
   end
 end
 workers.each_value { |pair| pair.each(&:stop) }
-FileUtils.rm_rf(dir)
+FileUtils.rm_rf([dir, "#{dir}-base"])
 
 base = results["ActionCable redis adapter"] && Bench.median(results["ActionCable redis adapter"][:p50])
 puts "### ActionCable: broadcast in one process -> subscriber callback in another", ""

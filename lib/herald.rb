@@ -14,6 +14,7 @@ require_relative "herald/version"
 require_relative "herald/errors"
 require_relative "herald/logger"         # Herald.logger: where warnings go ($stderr, or Rails.logger)
 require_relative "herald/fork_tracker"   # Process._fork hook: stores drop inherited connections
+require_relative "herald/metrics"        # counters and histograms of this process (Herald::Web::Metrics exports them)
 require_relative "herald/codec"          # codec interface + registry
 require_relative "herald/codec/json"
 require_relative "herald/codec/msgpack"
@@ -22,6 +23,7 @@ require_relative "herald/message"        # the immutable value every reader gets
 # Stores: the contract, then Memory, the embedded Log, and what the networked stores share.
 require_relative "herald/store"          # the store contract
 require_relative "herald/store/limits"   # what every store accepts: ranges, sizes, the checks
+require_relative "herald/store/controls" # pause / resume of durable readers, kept in the store
 require_relative "herald/store/watchers" # Store#watch: appends wake an event loop directly
 require_relative "herald/store/memory"   # reference store
 require_relative "herald/store/log/record"    # the embedded log: frame + record layout
@@ -61,6 +63,7 @@ require_relative "herald/events/dead_letters"    # /herald/dead/<Subscriber>, re
 require_relative "herald/events/delivery"        # one handler call: retries, backoff, dead letter
 require_relative "herald/events/worker"          # one deferred subscriber: cursor, lease, batches
 require_relative "herald/events/worker_pool"     # the threads, graceful shutdown
+require_relative "herald/events/lag"             # how far a deferred subscriber is behind, from its cursor
 require_relative "herald/events/inline_runner"   # deferred subscribers on the calling thread (tests)
 require_relative "herald/events/runtime"         # publish_event, start_workers, shutdown, fork hook
 require_relative "herald/events/signals"         # SIGTERM -> graceful shutdown
@@ -78,6 +81,9 @@ require_relative "herald/rack/responder"         # one request: backlog, reply o
 require_relative "herald/rack/reply_cache"       # replies to repeated polls, kept while the store is unchanged
 require_relative "herald/rack/client_script"     # the browser client, served at {base}message-bus/herald.js
 require_relative "herald/rack/middleware"        # the Rack middleware (message_bus protocol, SSE, msgpack)
+# The dashboard (mount Herald::Web => "/herald"), loaded on first use, with Herald::Web::Metrics (Prometheus
+# text) and Herald::Web::Health (200/503 for probes), which are Rack apps of their own too.
+Herald.autoload :Web, File.expand_path("herald/web", __dir__)
 
 # The facade: one default bus per process, built from Herald.configure.
 module Herald

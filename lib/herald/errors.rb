@@ -100,4 +100,8 @@ module Herald
 
   # A subscriber class is declared wrongly (no name, nothing subscribed to, an unknown option).
   class SubscriberError < ConfigurationError; end
+
+  # Another process is doing the same operator action right now (retrying a subscriber's dead letters,
+  # moving a cursor its worker still holds): try again in a moment.
+  class BusyError < Error; end
 end

@@ -16,6 +16,8 @@ require_relative "message_bus/message"
 require_relative "message_bus/backend"
 require_relative "message_bus/implementation"
 require_relative "message_bus/rack_middleware"
+require_relative "message_bus/client"
+require_relative "message_bus/backends"
 
 module MessageBus
   # A bus of its own (message_bus's specs build one per test); the MessageBus module is the default one.

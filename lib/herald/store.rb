@@ -1,6 +1,8 @@
 # frozen_string_literal: true
 
 require "securerandom"
+require "socket"
+require "uri"
 
 module Herald
   # A store is the log every reader reads from. Four implementations share one contract
@@ -37,9 +39,15 @@ module Herald
   # Capabilities (what readers decide by, never the store's class)
   #   local_reads?                              => true when reads answer from this process's memory (Memory,
   #     Log): an event loop may read inline; false when a read is a network round trip (Redis, PostgreSQL)
+  #   data_dir                                  => String, the directory the store keeps its files in (Log), or nil
+  #   bytes_on_disk                             => Integer bytes its records take on disk (Log), or nil
   #   watch { }                                 => a Store::Watchers::Watch (#cancel, #io, #readable) whose
   #     block runs whenever the last global id moves, or nil when the store cannot call back (networked stores:
   #     readers wait through `wait` on their own thread instead)
+  #
+  #   announced_backlog(last_id, limit: nil)   => [Message] or nil: after `wait`, what global_backlog would
+  #     return when the wakeups brought the new records themselves (Redis: small ones), without a round trip;
+  #     nil when they did not (always, on the other stores): the reader then reads global_backlog
   #
   # Waiting
   #   wait(last_global_id, timeout:)            => Integer last_global_id; returns at once when it is
@@ -52,6 +60,20 @@ module Herald
   #     A damaged cursor raises CorruptCursorError (never reads as 0); save_cursor takes an Integer >= 0.
   #   lease(name) => a Lease (#release) when this process now owns `name`, nil when another owner has it.
   #     A lease held by a process that dies is freed (flock, advisory lock, key TTL).
+  #   lease_holder(name) => "host:pid" of the process holding `name`'s lease, nil when nobody holds it
+  #     (for operators: the dashboard; never used to decide who owns a lease)
+  #
+  # Controls (Store::Controls, for operators; every process obeys them through the store)
+  #   pause(name) / resume(name) / paused?(name)  a deferred subscriber stops and starts reading
+  #   mark_reset(name, dead_letter_id) / reset_mark(name)  an operator moved `name`'s cursor
+  #
+  # Operators
+  #   retention(channel, site_id: nil) => [max_backlog_size, max_backlog_age]: the channel's retention (the
+  #     store's defaults until a publish set its own); Redis and PostgreSQL answer as this process knows it
+  #     (set by its own publishes), Memory and Log as stored
+  #   stats => {String => value}: what the store reports of itself for people (the dashboard's Store page):
+  #     "kind", the retention defaults ("max_backlog_size", "max_backlog_age"), and its own facts (the log's
+  #     directory, segments, bytes, fsync policy, free disk; a networked store's server). Never decided by.
   #
   #   close
   module Store
@@ -69,6 +91,18 @@ module Herald
     end
 
     def self.new_epoch = SecureRandom.hex(8)
+
+    # A server URL as operators may see it: without its password.
+    def self.redact_url(url)
+      uri = URI(url.to_s)
+      uri.password = "***" if uri.password
+      uri.to_s
+    rescue URI::Error
+      "(unparsable URL)"
+    end
+
+    # How a lease holder names itself (lease_holder): this host and process.
+    def self.lease_holder_id = "#{Socket.gethostname}:#{Process.pid}"
 
     # The store a URL names, so one environment variable switches stores (HERALD_STORE):
     #   redis://host:6379/0, rediss://...      => Store::Redis

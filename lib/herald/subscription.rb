@@ -21,9 +21,14 @@ module Herald
       @catch_up = catch_up
       @callback = callback
       @active = true
+      @counted = true # in herald_messages_delivered_total{transport="subscriber"}
     end
 
     def active? = @active
+
+    # A subscription that feeds another reader (the reactor's, on a networked store) whose deliveries are
+    # counted where they end up: not a subscriber's.
+    def uncounted! = @counted = false
 
     def unsubscribe
       @active = false
@@ -61,6 +66,7 @@ module Herald
         return if id <= @last_id
         @last_id = id
       end
+      Metrics::DELIVERED.add(1, Metrics::SUBSCRIBER) if @counted
       @callback.call(msg)
     end
 

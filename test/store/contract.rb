@@ -238,6 +238,43 @@ module StoreContract
     again.release
   end
 
+  # Operators look at who holds a lease (the dashboard): "host:pid", nil once released.
+  def test_lease_holder_names_the_holding_process
+    assert_nil @store.lease_holder("Sub ✓ <b>")
+    lease = @store.lease("Sub ✓ <b>")
+    assert_equal "#{Socket.gethostname}:#{Process.pid}", @store.lease_holder("Sub ✓ <b>")
+    assert_nil @store.lease_holder("Other")
+    lease.release
+    assert_nil @store.lease_holder("Sub ✓ <b>")
+  end
+
+  def test_retention_of_a_channel_is_the_default_until_a_publish_sets_one
+    s = store(max_backlog_size: 100, max_backlog_age: 3600)
+    append("/r", 1, store: s, max_backlog_size: 5, max_backlog_age: 60)
+    append("/r", 2, store: s)
+    assert_equal [5, 60], s.retention("/r")
+    assert_equal [100, 3600], s.retention("/never ✓")
+    append("/r", 3, store: s, site_id: "s", max_backlog_size: 7)
+    assert_equal [7, 3600], s.retention("/r", site_id: "s")
+    assert_equal [5, 60], s.retention("/r")
+  end
+
+  # Pausing is kept in the store (every process's worker reads it), apart from the subscriber's cursor.
+  def test_pause_and_resume_are_kept_apart_from_the_cursor
+    refute @store.paused?("Sub")
+    @store.save_cursor("Sub", 7)
+    @store.pause("Sub")
+    assert @store.paused?("Sub")
+    refute @store.paused?("Other")
+    assert_equal 7, @store.load_cursor("Sub")
+    @store.resume("Sub")
+    refute @store.paused?("Sub")
+    assert_equal 0, @store.reset_mark("Sub")
+    @store.mark_reset("Sub", 12)
+    assert_equal 12, @store.reset_mark("Sub")
+    assert_equal 7, @store.load_cursor("Sub")
+  end
+
   def test_concurrent_appends_get_unique_contiguous_ids
     threads = 4.times.map { |t| Thread.new { 250.times { |i| append("/c", [t, i]) } } }
     threads.each(&:join)

@@ -10,7 +10,9 @@ require "timeout"
 class ThirdPartyStoreTest < Minitest::Test
   class ForwardingStore
     CONTRACT = %i[append last_id last_ids last_global_id peek_last_global_id backlog global_backlog epoch
-      known_epoch wait load_cursor save_cursor lease close local_reads? watch].freeze
+      known_epoch wait load_cursor save_cursor lease lease_holder retention stats close local_reads? watch].freeze
+    include Herald::Store::Controls # pause/resume on its own cursors (Events::Worker and the dashboard use them)
+
     CONTRACT.each { |name| define_method(name) { |*args, **options, &block| @inner.public_send(name, *args, **options, &block) } }
 
     def initialize(url:, local: true)

@@ -131,12 +131,16 @@ module Herald
         @epoch = epoch
       end
 
+      # A batch shorter than `limit` is everything there was (global_backlog reads on past expired records
+      # to fill a page): the next read waits for a wakeup instead of asking again (one round trip per
+      # broadcast on a networked store, not two; a wakeup that came meanwhile ends the wait at once).
       def deliver_new(limit)
         loop do
-          batch = @store.global_backlog(@cursor, limit: limit)
+          batch = @store.announced_backlog(@cursor, limit: limit) || @store.global_backlog(@cursor, limit: limit)
           return if batch.empty?
           batch.each { |msg| deliver(msg) if Cable.channel?(msg.channel) }
           @cursor = batch.last.global_id
+          return if batch.size < limit
         end
       end
 
@@ -148,6 +152,7 @@ module Herald
           next unless msg.global_id > entry.floor
           payload ||= Codec::Raw.decode(msg.payload)
           call_later(entry.callback, payload)
+          Metrics::DELIVERED.add(1, Metrics::CABLE)
         end
       end
 

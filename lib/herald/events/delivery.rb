@@ -18,7 +18,9 @@ module Herald
       # What a handler may raise that stops the process rather than the event (Interrupt is a SignalException).
       STOPS = [SignalException, SystemExit].freeze
 
-      def initialize(subscriber, handler, dead_letters:, stopper:)
+      # controls: the store, where a retry in progress is shown to operators (Store::Controls#mark_retrying).
+      def initialize(subscriber, handler, dead_letters:, stopper:, controls: nil)
+        @controls = controls
         @subscriber = subscriber
         @name = subscriber.subscriber_name
         @handler = handler
@@ -48,23 +50,36 @@ module Herald
         attempt = 1
         loop do
           call(msg, attempt)
+          Metrics::DELIVERED.add(1, Metrics::SUBSCRIBER)
           return true
         rescue *STOPS
           raise
         rescue Exception => e # standard:disable Lint/RescueException
           return bury(msg, e, attempt) unless @policy.retry?(e, attempt)
           wait = @policy.delay(attempt)
+          Metrics::RETRIES.increment(1, @name)
           Herald.logger.warn "deferred subscriber #{@name} failed on #{where(msg)} (attempt #{attempt} of " \
             "#{@policy.attempts}), retrying in #{wait.round(3)} s: #{Delivery.describe(e)}"
           if Instrumentation.listening?(RETRY)
             Instrumentation.instrument(RETRY, {subscriber: @name, message: msg, error: e, attempt: attempt, wait: wait})
           end
+          show_retry(msg.global_id, attempt + 1)
           return false unless @stopper.sleep(wait)
           attempt += 1
         end
+      ensure
+        show_retry(nil, 0) if attempt > 1
       end
 
       private
+
+      # For operators only: a store that fails here fails the next read too, where the worker handles it.
+      def show_retry(global_id, attempt)
+        return unless @controls
+        global_id ? @controls.mark_retrying(@name, global_id, attempt) : @controls.clear_retrying(@name)
+      rescue Herald::Error
+        nil
+      end
 
       def call(msg, attempt)
         Events.around_handler(deferred: true) do
@@ -87,6 +102,7 @@ module Herald
 
       def bury(msg, error, attempts)
         letter = @dead_letters.bury(@name, msg, error, attempts)
+        Metrics::DEAD_LETTERS.increment(1, @name)
         Herald.logger.error "deferred subscriber #{@name} gave up on #{where(msg)} after #{attempts} " \
           "#{(attempts == 1) ? "attempt" : "attempts"}: #{Delivery.describe(error)}; dead letter " \
           "#{DeadLetters.channel(@name)} ##{letter.message_id} (`herald dead #{@name}`, `herald replay #{@name}`)"

@@ -1,7 +1,7 @@
 # frozen_string_literal: true
 
 module Herald
-  # Herald's instrumentation events (none of them carries a client id: it is a bearer token):
+  # Herald's instrumentation events (docs/instrumentation.md for users; none carries a client id: it is a bearer token):
   #   publish_message.herald {channel:, site_id:, bytes:, targeted:, message_id:, global_id:}
   #                   around every Herald.publish / Bus#publish(_message); bytes: the encoded data;
   #                   the ids are set when the store has appended

@@ -99,13 +99,17 @@ module Herald
       end
 
       def store(event, channel, bus, registry)
+        started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
         msg = bus.store.append(channel, Codec::Event.encode(event), codec: Codec::Event,
           max_backlog_size: @max_backlog_size)
+        Metrics::PUBLISH_DURATION.observe(Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
+        Metrics::PUBLISHED.add
         registry.sync_for(event.class, channel).each { |s| Events.around_handler { call_sync(s, event, msg) } }
         msg
       end
 
       def call_sync(subscriber, event, msg)
+        Metrics::DELIVERED.add(1, Metrics::SUBSCRIBER)
         return subscriber.new.call(event, msg) unless Instrumentation.listening?(Delivery::PROCESS)
         payload = {subscriber: subscriber.subscriber_name, event: event, message: msg, attempt: 1, deferred: false}
         Instrumentation.instrument(Delivery::PROCESS, payload) { subscriber.new.call(event, msg) }

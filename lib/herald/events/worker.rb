@@ -28,6 +28,8 @@ module Herald
       CHECK_EVERY = 32
       LEASE_RETRY = 0.5
       MATCH_CACHE_LIMIT = 10_000
+      PAUSE_CHECK = 0.2 # seconds between two looks at the store's pause flag (Store::Controls)
+      REQUEST_CHECK = 1.0 # seconds between two looks for dead-letter retries asked by an operator (two reads)
 
       attr_reader :subscriber, :name, :cursor, :error
 
@@ -37,7 +39,8 @@ module Herald
         @store = store
         @stopper = stopper
         @dead_letters = DeadLetters.new(store)
-        @delivery = Delivery.new(subscriber, subscriber.new, dead_letters: @dead_letters, stopper: stopper)
+        @delivery = Delivery.new(subscriber, subscriber.new, dead_letters: @dead_letters, stopper: stopper,
+          controls: store)
         @channels = subscriber.herald_targets.grep(String).freeze
         @classes = subscriber.herald_targets.grep(Module).freeze
         @match = {}
@@ -49,12 +52,16 @@ module Herald
         @saved = 0
         @saved_at = 0.0
         @error = nil
+        @paused = false
+        @pause_checked_at = -PAUSE_CHECK
       end
 
       # Processes one batch. Returns how many messages it read (0: nothing to do, the pool may wait).
       def step
         restart if @lease && @store.known_epoch != @epoch
+        return 0 if paused?
         return 0 unless owner?
+        serve_retry_requests
         batch = @store.global_backlog(@cursor, limit: BATCH)
         return 0 if @store.known_epoch != @epoch # found a reset (Redis: records of a new epoch): the next step restarts
         if batch.empty?
@@ -86,6 +93,33 @@ module Herald
       def forget_after_fork = release
 
       def owner? = !@lease.nil? || acquire
+
+      # Dead-letter retries an operator asked for (DeadLetters#request_retry), looked for every REQUEST_CHECK:
+      # the request cursor is saved after they ran, so a crash runs them again, and DeadLetters skips the
+      # letters already resolved.
+      def serve_retry_requests
+        now = monotonic
+        return if now - (@requests_checked_at ||= -REQUEST_CHECK) < REQUEST_CHECK
+        @requests_checked_at = now
+        key = Store::Controls::REQUESTS + @name
+        served = @store.load_cursor(key, default: 0)
+        return if @store.last_id(DeadLetters.request_channel(@name)) <= served
+        @store.save_cursor(key, @dead_letters.serve_retry_requests(Events.registry.current(@subscriber), served))
+      rescue BusyError
+        nil # the dashboard's process is retrying this subscriber's letters itself: next look
+      end
+
+      # Paused by an operator (the dashboard, through the store): the cursor is saved and the lease let go,
+      # so the cursor may be moved meanwhile and whoever takes the lease on resume reads it afresh.
+      def paused?
+        now = monotonic
+        if now - @pause_checked_at >= PAUSE_CHECK
+          @pause_checked_at = now
+          @paused = @store.paused?(@name)
+        end
+        finish if @paused && @lease
+        @paused
+      end
 
       # Stops this subscriber for good in this process (its cursor cannot be trusted): nothing is saved.
       def stop!(error)

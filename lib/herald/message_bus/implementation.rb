@@ -1,7 +1,5 @@
 # frozen_string_literal: true
 
-require "fileutils"
-
 module MessageBus
   # message_bus's module API over one Herald::Bus (built on first use from `configure`).
   module Implementation
@@ -25,6 +23,12 @@ module MessageBus
 
     def config = @config
 
+    def redis_config = @config[:redis_config] || {}
+
+    def redis_config=(config)
+      configure(backend: :redis, redis_config: config)
+    end
+
     def logger = @config[:logger] ||= Herald.logger
 
     def logger=(logger)
@@ -44,6 +48,23 @@ module MessageBus
     end
 
     def max_active_clients = @config[:max_active_clients] || 1000
+
+    # Milliseconds a long poll is held (message_bus's default: 25 000).
+    def long_polling_interval = @config[:long_polling_interval] || 25_000
+
+    def long_polling_interval=(millis)
+      configure(long_polling_interval: millis)
+    end
+
+    # The debug route `{base}message-bus/broadcast?channel=&data=`: off unless set, or Rails in development/test.
+    def allow_broadcast?
+      return @config[:allow_broadcast] if @config.key?(:allow_broadcast)
+      defined?(::Rails.env) ? (::Rails.env.test? || ::Rails.env.development?) : false
+    end
+
+    def allow_broadcast=(val)
+      configure(allow_broadcast: val)
+    end
 
     def max_active_clients=(val)
       configure(max_active_clients: val)
@@ -184,8 +205,7 @@ module MessageBus
       return if @shared
       @herald_bus = nil
       old&.close
-      # message_bus's reset! deletes every message: for the embedded log, the files of its directory.
-      FileUtils.rm_rf(Dir.children(old.store.dir).map { |f| File.join(old.store.dir, f) }) if old&.store.is_a?(Herald::Store::Log)
+      Backend.wipe(@config[:backend], old.store) if old
       subs = @mutex.synchronize { @subscriptions.dup }
       fresh = subs.map { |ch, site, blk, _| [ch, site, blk, herald_subscribe(ch, site, 0, blk)] }
       @mutex.synchronize { @subscriptions = fresh }

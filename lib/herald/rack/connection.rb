@@ -35,6 +35,7 @@ module Herald
       # The first bytes: headers and backlog for streams (`[]` when there is none: the JS client gives up
       # on streaming if nothing arrives within 3 s). A long poll with nothing to say writes nothing yet.
       def start(msgs, status)
+        Metrics.delivered(@mode, msgs.size) unless msgs.empty? || @mode == :poll # (a poll with messages is answered, never parked)
         case @mode
         when :chunked
           write_head
@@ -54,6 +55,7 @@ module Herald
       # Messages for this client, already filtered. A long poll replies with them and ends.
       def deliver(msgs)
         write_messages(msgs)
+        Metrics.delivered(@mode, msgs.size)
         delivered(msgs.size) if Instrumentation.listening?(DELIVER)
       end
 

@@ -168,8 +168,10 @@ module Herald
         # Read by Entry's named indexes, not its readers: two method calls cost ~500 instructions per cached poll.
         reply = found[ReplyCache::Entry::VALUE]
         accept = found[ReplyCache::Entry::ACCEPT] # this request's
-        return Responder.cached(self, env, reply) unless @plain_headers && !accept&.include?(MSGPACK_TYPE)
-        env[EnvKeys::SHARED_REPLY] = true
+        messages = found[ReplyCache::Entry::MESSAGES]
+        Metrics::DELIVERED.add(messages, Metrics::LONG_POLL) if messages > 0
+        return Responder.cached(self, env, reply, messages) unless @plain_headers && !accept&.include?(MSGPACK_TYPE)
+        env[EnvKeys::SHARED_REPLY] = messages
         [200, json_headers, [reply]]
       end
 

@@ -56,9 +56,10 @@ module Herald
         @trace = nil
         @store_moved = true # set by the store's watch callback: read it after @cursor
         @watch = watch_store
-        @subscription = @watch ? nil : bus.subscribe { |msg| push(msg) }
+        @subscription = @watch ? nil : bus.subscribe { |msg| push(msg) }.tap(&:uncounted!)
         @thread = Thread.new { run }
         @thread.name = "herald-reactor" if @thread.respond_to?(:name=)
+        Metrics::PARKED.track(self)
       end
 
       # Parked clients, for max_active_clients.
@@ -79,6 +80,7 @@ module Herald
         return if @closed
         @closed = true
         @subscription&.unsubscribe
+        Metrics::PARKED.untrack(self)
         @selector.wakeup
         @thread.join(5)
         @watch&.cancel
@@ -295,6 +297,7 @@ module Herald
         started = now
         trace = @trace&.start(batch.last)
         polls = {}.compare_by_identity # shared-reply poll => bit i set for each batch[i] it takes
+        shared = 0 # messages taken by shared-reply polls (Metrics)
         others = nil # other readers => their messages
         batch.each_with_index do |msg, i|
           @cursor = msg.global_id if msg.global_id > @cursor
@@ -304,6 +307,7 @@ module Herald
             next unless take?(conn, msg, check: check)
             if conn.shared_reply?
               polls[conn] = (polls[conn] || 0) | (1 << i)
+              shared += 1
             else
               ((others ||= {}.compare_by_identity)[conn] ||= []) << msg
             end
@@ -318,6 +322,8 @@ module Herald
           trace&.wrote
         end
         after_fan_out(finished, stragglers, others, trace, started, taken: polls)
+        batch.each { |msg| written(msg, 0) } if shared > 0 || others
+        Metrics::DELIVERED.add(shared, Metrics::LONG_POLL) if shared > 0
       end
 
       # The usual fan-out: one message. Per reader only what cannot wait: its position, its permission when the
@@ -355,6 +361,14 @@ module Herald
           trace&.wrote
         end
         after_fan_out(finished, stragglers, others, trace, started, key: key)
+        written(msg, finished.size + stragglers.size)
+      end
+
+      # Metrics of a fan-out, after its writes: the messages of the shared replies (the other readers count
+      # their own in Connection#deliver), and the time from the message's append (the store's wall clock) to now.
+      def written(msg, shared)
+        Metrics::DELIVERED.add(shared, Metrics::LONG_POLL) if shared > 0
+        Metrics::DELIVERY_LATENCY.observe(Process.clock_gettime(Process::CLOCK_REALTIME) - msg.created_at)
       end
 
       # The bookkeeping after the writes: unindex the answered polls, deliver to the other readers, close the

@@ -30,10 +30,10 @@ module Herald
       # Entries are found by the request body (a String: one hash of a short string), then by the other
       # fields the Responder reads. An Array of several fields as the key costs twice the whole lookup
       # (Array#hash and #eql? guard against recursion). Lists are replaced, never changed (readers hold no lock).
-      # An entry is a frozen Array: [query, type, accept, dont_chunk, value, stamp, epoch, expires]. Reading an
+      # An entry is a frozen Array: [query, type, accept, dont_chunk, value, stamp, epoch, expires, messages]. Reading an
       # Array by a literal index is one VM instruction; a Struct member is a method call, whose call cache and
       # method entry are cache misses of their own when the lookup runs cold (between Puma's requests).
-      ENTRY_FIELDS = %i[query type accept dont_chunk value stamp epoch expires].freeze
+      ENTRY_FIELDS = %i[query type accept dont_chunk value stamp epoch expires messages].freeze
       # How code outside this class reads an entry: by name, never by a number. Module functions on the frozen
       # Array (an entry stays one object, a reader allocates nothing), or the named indexes where a method call
       # counts (Middleware#cached, every cached poll: bench/counts.rb poll10 measured ~24,000 instructions/op with
@@ -41,6 +41,7 @@ module Herald
       module Entry
         ACCEPT = ENTRY_FIELDS.index(:accept)
         VALUE = ENTRY_FIELDS.index(:value)
+        MESSAGES = ENTRY_FIELDS.index(:messages) # how many messages the reply carries (Herald::Metrics)
 
         # The kept reply body (a frozen String).
         def self.reply(entry) = entry[VALUE]
@@ -69,7 +70,10 @@ module Herald
       def lookup(env, path, body)
         return nil unless body && env["REQUEST_METHOD"] == POST && !path.index(SSE, @prefix.bytesize)
         found = find(env, body)
-        found.is_a?(Array) ? found[Entry::VALUE] : found # herald server's every cached poll: no method call
+        return found unless found.is_a?(Array)
+        # herald server's every cached poll: no method call beyond the count of what it delivers
+        Metrics::DELIVERED.add(found[Entry::MESSAGES], Metrics::LONG_POLL) if found[Entry::MESSAGES] > 0
+        found[Entry::VALUE]
       end
 
       # #lookup for a POST whose path the middleware checked itself (Middleware#poll_path?), returning the
@@ -109,8 +113,8 @@ module Herald
       # The store's state now: read before the reply is built, given back to #store.
       def stamp = @store.last_global_id
 
-      # value: a frozen String (it is handed to every later request like miss's).
-      def store(miss, value, stamp)
+      # value: a frozen String (it is handed to every later request like miss's); messages: how many it carries.
+      def store(miss, value, stamp, messages = 0)
         size = value.bytesize
         return if size > MAX_REPLY_BYTES
         if @count >= MAX_ENTRIES || @bytes + size > MAX_BYTES
@@ -120,7 +124,7 @@ module Herald
         end
         @count += 1 # entries and bytes stored since the last clear: at least what is held (racy by a store or two)
         @bytes += size
-        entry = [miss.query, miss.type, miss.accept, miss.dont_chunk, value, stamp, epoch, now + MAX_AGE].freeze
+        entry = [miss.query, miss.type, miss.accept, miss.dont_chunk, value, stamp, epoch, now + MAX_AGE, messages].freeze
         others = @entries[miss.body]&.reject do |e|
           e[0] == miss.query && e[1] == miss.type && e[2] == miss.accept && e[3] == miss.dont_chunk
         end

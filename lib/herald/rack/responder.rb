@@ -26,10 +26,10 @@ module Herald
       end
 
       # The reply to a request whose body Middleware#cached found in the ReplyCache: this request's headers.
-      def self.cached(middleware, env, body) = new(middleware, env, nil, nil).cached(body)
+      def self.cached(middleware, env, body, messages) = new(middleware, env, nil, nil).cached(body, messages)
 
-      def cached(body)
-        @env[EnvKeys::SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
+      def cached(body, messages)
+        @env[EnvKeys::SHARED_REPLY] = messages unless @options[:extra_response_headers_lookup]
         reply_of(body)
       end
 
@@ -161,6 +161,7 @@ module Herald
 
       def reply(msgs, status)
         @payload[:messages] = msgs.size if @payload
+        Metrics::DELIVERED.add(msgs.size, Metrics::LONG_POLL) unless msgs.empty?
         reply_of(msgpack? ? @mw.wire.msgpack_array(msgs, status) : @mw.wire.json_array(msgs, status))
       end
 
@@ -175,8 +176,8 @@ module Herald
       # body; headers are built per request) and marked for herald server's front end (see EnvKeys::SHARED_REPLY).
       def shared(response, msgs)
         return response if !cacheable? || @withheld || @env.key?("message_bus.channels") || !msgs.all?(&:public?)
-        @miss&.cache&.store(@miss, response[2][0].freeze, @stamp)
-        @env[EnvKeys::SHARED_REPLY] = true unless @options[:extra_response_headers_lookup]
+        @miss&.cache&.store(@miss, response[2][0].freeze, @stamp, msgs.size)
+        @env[EnvKeys::SHARED_REPLY] = msgs.size unless @options[:extra_response_headers_lookup]
         response
       end
 

@@ -9,7 +9,8 @@ module Herald
     # The live demo behind `herald server`: a chat page at `/` fed by Herald's browser client (served by
     # the middleware at /message-bus/herald.js), a POST /chat endpoint that publishes what the form sends,
     # and message_bus's own JS client at /assets/message-bus.js (straight from the npm package in
-    # node_modules, never copied into our source) for pages that compare the two. Everything else is 404.
+    # node_modules, never copied into our source) for pages that compare the two. The dashboard
+    # (Herald::Web) at /herald, on the same bus. Everything else is 404.
     class DemoApp
       PUBLIC = File.expand_path("public", __dir__)
       CHANNEL = "/chat"
@@ -25,13 +26,17 @@ module Herald
         "/assets/message-bus.js" => [:client, "text/javascript; charset=utf-8"]
       }.freeze
 
+      DASHBOARD = "/herald"
+
       def initialize(bus:, node_modules: NODE_MODULES)
         @bus = bus
+        @dashboard = Web.new(bus: bus)
         @client_path = File.join(node_modules, "message-bus-client", "assets", "message-bus.js")
       end
 
       def call(env)
         path = env["PATH_INFO"]
+        return dashboard(env, path) if path == DASHBOARD || path.start_with?("#{DASHBOARD}/")
         case env["REQUEST_METHOD"]
         when "GET", "HEAD" then asset(path)
         when "POST" then (path == CHANNEL) ? publish(env) : not_found
@@ -40,6 +45,11 @@ module Herald
       end
 
       private
+
+      # As Rails' mount and Rack's map pass it: the mount point moves from PATH_INFO to SCRIPT_NAME.
+      def dashboard(env, path)
+        @dashboard.call(env.merge("SCRIPT_NAME" => "#{env["SCRIPT_NAME"]}#{DASHBOARD}", "PATH_INFO" => path.delete_prefix(DASHBOARD)))
+      end
 
       def asset(path)
         file, type = ASSETS[path]

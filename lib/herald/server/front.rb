@@ -2,10 +2,11 @@
 
 require "nio"
 require "socket"
-require "stringio"
-require "puma/const" # Puma::HTTP_STATUS_CODES
 require_relative "http_connection"
 require_relative "puma_log"
+require_relative "rack_env"
+require_relative "response_head"
+require_relative "app_pool"
 
 module Herald
   class Server
@@ -31,13 +32,7 @@ module Herald
     class Front
       TICK = 0.5 # longest select: how often timeouts are checked at the latest
       ACCEPTS = 64 # connections accepted per wakeup, so a flood of connects never starves the others
-      SERVER_SOFTWARE = "Herald"
-      STATUS = Puma::HTTP_STATUS_CODES
-      NO_BODY = [204, 304].freeze
       LINGER = 2 # seconds an answered error connection reads and discards before it is closed
-      RACK_VERSION = [1, 6].freeze
-      # Headers the front end writes itself (rack.* are not headers); content-length is kept when the app set it.
-      FRAMING = /\A(?:rack\.|connection\z|transfer-encoding\z|content-length\z)/i
 
       attr_reader :port
 
@@ -58,19 +53,18 @@ module Herald
         @log = PumaLog.new
         @conns = {}.compare_by_identity # every connection this loop holds (not the hijacked ones)
         @inbox = Thread::Queue.new # finished pool requests
-        @jobs = Thread::Queue.new
+        @head = ResponseHead.new
         @stopping = false
-        @status_lines = {}
       end
 
       def start
         @listener = @reuse_port ? Server.reuse_port_listener(@host, @port) : TCPServer.new(@host, @port)
         @listener.listen(1024)
         @port = @listener.local_address.ip_port
-        @server_port = @port.to_s
+        @rack_env = RackEnv.new(host: @host, port: @port, hijacker: self)
         @selector = NIO::Selector.new
         @selector.register(@listener, :r).value = :listener
-        @workers = Array.new(@threads) { |i| worker(i) }
+        @pool = AppPool.new(app: @app, threads: @threads, head: @head, log: @log, done: method(:pooled))
         @thread = Thread.new { run }
         @thread.name = "herald-http" if @thread.respond_to?(:name=)
         self
@@ -84,9 +78,21 @@ module Herald
         @stopping = true
         wakeup
         @thread.join(grace + LINGER + 1)
-        @jobs.close
-        deadline = now + 1 # after the grace period a pool thread still in the app is left behind
-        @workers.each { |t| t.join([deadline - now, 0].max) }
+        @pool.stop(now + 1) # after the grace period a pool thread still in the app is left behind
+      end
+
+      # The middleware takes the socket (a parked poll, a stream): this loop forgets it. It may run on a
+      # pool thread (an app that hijacks), so the selector is only touched from the loop.
+      def hijack(conn, env)
+        env[Rack::EnvKeys::HIJACKED] = true
+        env["rack.hijack_io"] = conn.io
+        if Thread.current.equal?(@thread)
+          @conns.delete(conn)
+          conn.monitor&.close
+        else
+          conn.close_after = :hijacked
+        end
+        conn.io
       end
 
       private
@@ -142,6 +148,12 @@ module Herald
         conn.close_after = true
         conn.monitor.interests = :r
         linger(conn)
+      end
+
+      # On a pool thread: the reply goes to the loop.
+      def pooled(reply)
+        @inbox << reply
+        wakeup
       end
 
       # A pool thread hands back a reply; the loop may have closed its selector by then (a graceful
@@ -201,26 +213,27 @@ module Herald
       end
 
       def dispatch(conn, env, body)
-        keep = keep_alive?(env)
-        if @inline.call(env["REQUEST_PATH"] || absolute_path(env))
+        keep = @rack_env.keep_alive?(env)
+        if @inline.call(@rack_env.path(env))
           found = cache_lookup(env, body) if @cache && keep && !@stopping
           return send_reply(conn, found, true) if found.is_a?(String)
           inline(conn, env, body, keep, found)
         else
           conn.busy = true
           conn.monitor.interests = nil
-          @jobs << [conn, rack_env(conn, env, body), keep]
+          @pool << [conn, @rack_env.build(conn, env, body), keep]
         end
       end
 
       # miss: a ReplyCache::Miss when the reply may be kept.
       def inline(conn, env, body, keep, miss)
         stamp = @cache.stamp if miss
-        env = rack_env(conn, env, body)
-        status, headers, rbody = call_app(env)
+        env = @rack_env.build(conn, env, body)
+        status, headers, rbody = @pool.call_app(env)
         return if env[Rack::EnvKeys::HIJACKED]
         bytes = respond(conn, env, status, headers, rbody, keep)
-        @cache.store(miss, bytes.dup.freeze, stamp) if miss && status == 200 && env[Rack::EnvKeys::SHARED_REPLY]
+        shared = env[Rack::EnvKeys::SHARED_REPLY] # the number of messages in the reply
+        @cache.store(miss, bytes.dup.freeze, stamp, shared) if miss && status == 200 && shared
       end
 
       # The ReplyCache's whole HTTP reply for a repeated poll (a String), a ReplyCache::Miss, or nil.
@@ -230,89 +243,11 @@ module Herald
         @cache.lookup_path(env, path, body)
       end
 
-      def call_app(env)
-        @app.call(env)
-      rescue => e
-        @log.unknown_error(e, env, "Rack app")
-        error_response(500, ": the error is in the server's log")
-      end
-
-      # Puma's env, as far as the middleware and a Rack app need it (Rack 3 SPEC; rack.version for Rack 2).
-      def rack_env(conn, env, body)
-        path = env["REQUEST_PATH"]
-        env["PATH_INFO"] = path || absolute_path(env)
-        env["QUERY_STRING"] ||= ""
-        env["SCRIPT_NAME"] = ""
-        env["SERVER_NAME"], env["SERVER_PORT"] = server_name(env["HTTP_HOST"])
-        env["REMOTE_ADDR"] = conn.remote_addr
-        env["SERVER_SOFTWARE"] = SERVER_SOFTWARE
-        env["rack.version"] = RACK_VERSION
-        env["rack.url_scheme"] = "http"
-        env["rack.input"] = StringIO.new(body)
-        env["rack.errors"] = $stderr
-        env["rack.multithread"] = true
-        env["rack.multiprocess"] = false
-        env["rack.run_once"] = false
-        env["rack.hijack?"] = true
-        env["rack.hijack"] = -> { hijack(conn, env) }
-        env
-      end
-
-      # "GET http://host/path?q HTTP/1.1": Puma's parser leaves REQUEST_PATH out.
-      def absolute_path(env)
-        uri = env["REQUEST_URI"].to_s
-        path = uri[%r{\A[a-z][a-z0-9+.-]*://[^/?#]*([^?#]*)}i, 1]
-        raise HttpConnection::RequestRefused.new(400, "bad request target") if path.nil?
-        path.empty? ? "/" : path
-      end
-
-      # SERVER_NAME and SERVER_PORT from the Host header; the last one is remembered (clients repeat it).
-      def server_name(host)
-        return @last_server_name if host == @last_host && host
-        @last_host = host
-        @last_server_name = parse_host(host)
-      end
-
-      def parse_host(host)
-        return [@host, @server_port] if host.nil? || host.empty?
-        if host.start_with?("[")
-          name, port = host.split("]:", 2)
-          return ["#{name.delete_suffix("]")}]", port || "80"]
-        end
-        name, port = host.split(":", 2)
-        [name, port || "80"]
-      end
-
-      # The middleware takes the socket (a parked poll, a stream): this loop forgets it. It may run on a
-      # pool thread (an app that hijacks), so the selector is only touched from the loop.
-      def hijack(conn, env)
-        env[Rack::EnvKeys::HIJACKED] = true
-        env["rack.hijack_io"] = conn.io
-        if Thread.current.equal?(@thread)
-          @conns.delete(conn)
-          conn.monitor&.close
-        else
-          conn.close_after = :hijacked
-        end
-        conn.io
-      end
-
-      def keep_alive?(env)
-        connection = env["HTTP_CONNECTION"]
-        http11 = env["SERVER_PROTOCOL"] == "HTTP/1.1"
-        return http11 if connection.nil?
-        if http11
-          !connection.match?(/\bclose\b/i)
-        else
-          connection.match?(/\bkeep-alive\b/i)
-        end
-      end
-
       # Writes a response whose body is an Array (every middleware reply, most app replies) from the loop.
       def respond(conn, env, status, headers, body, keep)
         keep &&= !@stopping # the last reply of a stopping server says `connection: close`
-        bytes = head(env, status, headers, body_length(body), keep)
-        unless env["REQUEST_METHOD"] == "HEAD" || NO_BODY.include?(status)
+        bytes = @head.call(env, status, headers, ResponseHead.body_length(body), keep)
+        unless ResponseHead.bodyless?(env, status)
           body.each { |part| bytes << part }
         end
         body.close if body.respond_to?(:close)
@@ -342,45 +277,12 @@ module Herald
         conn.draining ? linger(conn) : after_reply(conn)
       end
 
-      def body_length(body)
-        return nil unless body.is_a?(Array)
-        body.sum(&:bytesize)
-      end
-
-      # Status line and headers. Rack 3 values may hold several lines ("a\nb"); rack.* keys are not headers.
-      def head(env, status, headers, length, keep, chunked: false)
-        version = (env["SERVER_PROTOCOL"] == "HTTP/1.0") ? "HTTP/1.0" : "HTTP/1.1"
-        out = +(@status_lines[[version, status]] ||= "#{version} #{status} #{STATUS[status] || "CUSTOM"}\r\n".b.freeze)
-        has_length = false
-        headers.each do |name, value|
-          name = name.to_s
-          if FRAMING.match?(name)
-            key = name.downcase
-            next unless key == "content-length"
-            has_length = true
-          end
-          if value.is_a?(String) && !value.include?("\n")
-            out << name << ": " << value << "\r\n"
-          else
-            (value.is_a?(Array) ? value : value.to_s.split("\n")).each { |line| out << name << ": " << line.to_s << "\r\n" }
-          end
-        end
-        out << "content-length: " << length.to_s << "\r\n" if length && !has_length && !NO_BODY.include?(status)
-        out << "transfer-encoding: chunked\r\n" if chunked
-        if !keep
-          out << "connection: close\r\n"
-        elsif version == "HTTP/1.0"
-          out << "connection: keep-alive\r\n"
-        end
-        out << "\r\n"
-      end
-
       # A request that cannot be served: a short text answer, then the connection is closed (after reading
       # and discarding for LINGER seconds what the client still sends, so the answer is not lost to a reset).
       def refuse(conn, status, message)
         Herald.logger.debug("http server: request refused (#{status}): #{message.to_s.scrub[0, 200]}")
-        _, headers, body = error_response(status)
-        bytes = head({"SERVER_PROTOCOL" => "HTTP/1.1"}, status, headers, body_length(body), false)
+        _, headers, body = ResponseHead.error_response(status)
+        bytes = @head.call({"SERVER_PROTOCOL" => "HTTP/1.1"}, status, headers, ResponseHead.body_length(body), false)
         body.each { |part| bytes << part }
         conn.draining = true
         conn.close_after = true
@@ -393,10 +295,6 @@ module Herald
         conn.extend_deadline(LINGER)
       rescue IOError, SystemCallError
         close(conn)
-      end
-
-      def error_response(status, detail = "")
-        [status, {"content-type" => "text/plain; charset=utf-8"}, ["#{status} #{STATUS[status]}#{detail}\n"]]
       end
 
       # Timeouts: a request not complete in time (408), an idle keep-alive connection, a client that takes
@@ -424,59 +322,6 @@ module Herald
       def close(conn)
         @conns.delete(conn)
         conn.close
-      end
-
-      # Pool threads: the app runs here; an Array body goes back to the loop to be written, a streaming
-      # body is written from this thread (blocking) and the connection then goes back to the loop.
-      def worker(index)
-        Thread.new do
-          Thread.current.name = "herald-app-#{index}" if Thread.current.respond_to?(:name=)
-          while (job = @jobs.pop)
-            @inbox << run_job(*job)
-            wakeup
-          end
-        end
-      end
-
-      # What goes back to the loop: the reply to write, or how the connection ends.
-      def run_job(conn, env, keep)
-        status, headers, body = call_app(env)
-        return [conn, :hijacked] if env[Rack::EnvKeys::HIJACKED]
-        return [conn, env, status, headers, body, keep] if body.is_a?(Array)
-        [conn, stream(conn, env, status, headers, body, keep)]
-      rescue => e # a body that fails while streaming: the connection ends, the thread stays
-        @log.unknown_error(e, env, "Rack app")
-        [conn, false]
-      end
-
-      # A body that is not an Array (an app streaming): chunked on HTTP/1.1 unless the app gave a length;
-      # on HTTP/1.0 without a length the connection closes to end it.
-      def stream(conn, env, status, headers, body, keep)
-        bodyless = env["REQUEST_METHOD"] == "HEAD" || NO_BODY.include?(status)
-        length = headers.any? { |k, _| k.to_s.casecmp("content-length") == 0 }
-        chunked = !bodyless && !length && env["SERVER_PROTOCOL"] == "HTTP/1.1"
-        keep &&= bodyless || length || chunked
-        return callable_body(conn, env, status, headers, body) if !body.respond_to?(:each) && body.respond_to?(:call)
-        conn.io.write(head(env, status, headers, nil, keep, chunked: chunked))
-        unless bodyless
-          body.each do |part|
-            next if part.empty?
-            conn.io.write(chunked ? "#{part.bytesize.to_s(16)}\r\n#{part}\r\n" : part)
-          end
-          conn.io.write("0\r\n\r\n") if chunked
-        end
-        keep
-      rescue IOError, SystemCallError
-        false
-      ensure
-        body.close if body.respond_to?(:close)
-      end
-
-      # A Rack 3 streaming body (#call with the stream): it writes what it likes; the connection closes after.
-      def callable_body(conn, env, status, headers, body)
-        conn.io.write(head(env, status, headers, nil, false))
-        body.call(conn.io)
-        false
       end
 
       def finish_pooled

@@ -23,6 +23,7 @@ module Herald
       include GroupCommit
       include WriteLease
       include Cursors
+      include Controls
       include Replacement
 
       DEFAULT_SEGMENT_BYTES = 64 * 1024 * 1024
@@ -75,7 +76,11 @@ module Herald
           return commit_grouped([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
             max_backlog_size, max_backlog_age])
         end
-        msg = @lock.synchronize { append_locked(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age) }
+        token = await_lease unless @leased # (WriteLease) another process holds the lease: wait without @lock
+        msg = @lock.synchronize do
+          token = adopt_lease(token) if token
+          append_locked(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age)
+        end
         # Other processes first: waking this process's event loop first let it take the GVL before the
         # pokes went out (reading the wakeup directory releases it), and hold it for its whole fan-out.
         @wakeup&.notify(@used_at) # (nil while a replaced directory is being opened: Replacement)
@@ -86,6 +91,8 @@ module Herald
         # every PASS_EVERY appends; with nobody waiting, Thread.pass is one sched_yield.
         Thread.pass if (@appends += 1) % PASS_EVERY == 0
         msg
+      ensure
+        @lock.synchronize { adopt_lease(token) } if token # interrupted before @lock: the lease is kept as an unused one
       end
 
       def last_id(channel, site_id: nil)
@@ -109,6 +116,21 @@ module Herald
       end
 
       def local_reads? = true
+
+      # Reads are local already: readers read global_backlog.
+      def announced_backlog(_last_id, limit: nil) = nil
+
+      # The directory it keeps its files in (health checks measure its free disk).
+      def data_dir = @dir
+
+      # What its segment files hold on disk now, every process's appends included (metrics, dashboard).
+      def bytes_on_disk
+        Dir.children(@dir).sum do |name|
+          Segment.first_id(name) ? File.size(File.join(@dir, name)) : 0
+        rescue Errno::ENOENT
+          0 # deleted by retention meanwhile
+        end
+      end
 
       def backlog(channel, last_id = 0, site_id: nil)
         Limits.validate_key!(channel, site_id)
@@ -176,7 +198,32 @@ module Herald
 
       def closed? = @closed
 
+      def retention(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        reading do
+          ch = @index.channels[Store.channel_key(channel, site_id)]
+          ch ? [ch.max_size, ch.max_age] : [@max_backlog_size, @max_backlog_age]
+        end
+      end
+
+      # For operators: segments and bytes on disk, fsync policy, free disk, whether this process holds the
+      # write lease now (another process may hold it between its appends: see WriteLease).
+      def stats
+        segments = @directory.segment_ids.filter_map { |id| File.size(File.join(@dir, Segment.file_name(id))) rescue nil } # standard:disable Style/RescueModifier
+        {"kind" => "log", "dir" => File.expand_path(@dir), "fsync" => @fsync.to_s, "segments" => segments.size,
+         "segment_bytes" => segments.sum, "free_disk_bytes" => free_disk, "write_lease" => @leased ? "this process (#{Store.lease_holder_id})" : "not this process",
+         "corrupt_records" => @corrupt_records.size, "max_backlog_size" => @max_backlog_size, "max_backlog_age" => @max_backlog_age}
+      end
+
       private
+
+      # df(1): Ruby has no statvfs. nil when it cannot say.
+      def free_disk
+        out = IO.popen(["df", "-Pk", @dir], err: File::NULL, &:read)
+        Integer(out.lines[1].split[3], 10) * 1024
+      rescue SystemCallError, ArgumentError, NoMethodError, TypeError
+        nil
+      end
 
       # A watcher's socket was poked: another process appended. Its records are read here, on the watcher's
       # thread (the listener thread, poked as well, finds nothing left to read).

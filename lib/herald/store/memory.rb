@@ -5,6 +5,8 @@ module Herald
     # The reference store: everything in this process's memory, thread-safe, gone at exit.
     # Every other store must behave like this one (test/store/contract.rb).
     class Memory
+      include Controls
+
       attr_reader :epoch, :max_payload_bytes
       alias_method :known_epoch, :epoch
 
@@ -75,6 +77,13 @@ module Herald
 
       def local_reads? = true
 
+      # Reads are local already: readers read global_backlog.
+      def announced_backlog(_last_id, limit: nil) = nil
+
+      def data_dir = nil # nothing on this machine's disk
+
+      def bytes_on_disk = nil
+
       def backlog(channel, last_id = 0, site_id: nil)
         Limits.validate_key!(channel, site_id)
         Limits.validate_id!(:last_id, last_id)
@@ -129,8 +138,25 @@ module Herald
       def lease(name)
         @lock.synchronize do
           return nil if @leases[name]
-          @leases[name] = true
+          @leases[name] = Store.lease_holder_id
           Lease.new { @lock.synchronize { @leases.delete(name) } }
+        end
+      end
+
+      def lease_holder(name) = @lock.synchronize { @leases[name] }
+
+      def retention(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        @lock.synchronize do
+          ch = @channels[Store.channel_key(channel, site_id)]
+          ch ? [ch.max_size, ch.max_age] : [@max_backlog_size, @max_backlog_age]
+        end
+      end
+
+      def stats
+        @lock.synchronize do
+          {"kind" => "memory", "max_backlog_size" => @max_backlog_size, "max_backlog_age" => @max_backlog_age,
+           "retained_messages" => @retained, "channels" => @channels.size}
         end
       end
 

@@ -13,10 +13,17 @@ module Herald
       # Reads are round trips: an event loop must not wait for them (Store contract, "Capabilities").
       def local_reads? = false
 
+      def data_dir = nil # nothing on this machine's disk
+
+      def bytes_on_disk = nil
+
       # No callbacks: a watcher would have to read over the network from the appending thread.
       def watch = nil
 
       def peek_last_global_id = last_global_id
+
+      # Nothing is carried by the wakeups (Redis overrides this): readers read global_backlog.
+      def announced_backlog(_last_id, limit: nil) = nil
 
       def wait(last_global_id, timeout:)
         Limits.validate_wait!(last_global_id, timeout)

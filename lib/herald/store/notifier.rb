@@ -29,6 +29,9 @@ module Herald
 
       def ready? = @ready && @pid == ForkTracker.pid && !@stopped
 
+      # The highest global id announced (or appended here) so far.
+      attr_reader :latest
+
       def notify(global_id, channel_key = nil)
         @on_change&.call(channel_key)
         return if global_id <= @latest

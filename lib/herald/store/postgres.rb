@@ -27,6 +27,7 @@ module Herald
     # raising Herald::TimeoutError. libpq's notices (a FATAL when a session is ended) go to Herald.logger.
     class Postgres
       include Networked
+      include Controls
 
       DEFAULT_URL = "postgres://localhost/herald"
       DEFAULT_POOL = 5
@@ -187,6 +188,8 @@ module Herald
       def lease(name)
         conn = connect
         key = "herald lease #{@table} #{name}"
+        # The session names its process, so lease_holder can say who holds the lock.
+        conn.exec_params("SELECT set_config('application_name', $1, false)", ["herald #{Store.lease_holder_id}"[0, 63]])
         unless conn.exec_params("SELECT pg_try_advisory_lock(hashtext($1))", [key]).getvalue(0, 0) == "t"
           conn.close
           return nil
@@ -197,6 +200,33 @@ module Herald
           conn.close unless conn.finished?
         end
       end
+
+      def retention(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        @retention.for(key_for(channel, site_id)).dup
+      end
+
+      def stats
+        size, age = @retention.for(nil)
+        {"kind" => "postgresql", "server" => Store.redact_url(@url), "table" => @table,
+         "max_backlog_size" => size, "max_backlog_age" => age}
+      end
+
+      # The advisory lock's holder as its session named itself ("host:pid"), nil when nobody holds it.
+      def lease_holder(name)
+        key = "herald lease #{@table} #{name}"
+        result = read { |c| c.exec_params(LEASE_HOLDER, [key]) }
+        first_value(result)&.delete_prefix("herald ")
+      end
+
+      LEASE_HOLDER = <<~SQL
+        SELECT a.application_name FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+        WHERE l.locktype = 'advisory' AND l.granted AND l.objsubid = 1
+          AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+          AND l.classid = ((hashtext($1)::bigint >> 32) & 4294967295)::oid
+          AND l.objid = (hashtext($1)::bigint & 4294967295)::oid
+        LIMIT 1
+      SQL
 
       # Forget connections and threads inherited from the parent (runs by itself in a forked child).
       # The listener's and the leases' connections are the parent's too: abandoned, never closed (a close,

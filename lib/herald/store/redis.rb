@@ -8,6 +8,7 @@ rescue LoadError
 end
 require_relative "redis/scripts"
 require_relative "redis/batcher"
+require_relative "redis/announcements"
 
 module Herald
   module Store
@@ -35,6 +36,7 @@ module Herald
     # restart falls back to the store defaults until it passes them again).
     class Redis
       include Networked
+      include Controls
 
       DEFAULT_URL = "redis://127.0.0.1:6379/0"
       DEFAULT_POOL = 5
@@ -118,7 +120,8 @@ module Herald
           abandon: ->(_) {}, broken: ->(e, _) { e.is_a?(RedisClient::ConnectionError) })
         @cache = BacklogCache.new if backlog_cache
         @batcher = Batcher.new { |requests| append_batch(requests) }
-        @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {}, on_change: ->(key) { @cache&.invalidate(key) })
+        @announced = Announcements.new
+        @notifier = Notifier.new(listen: method(:listen), on_error: ->(e) {}, on_change: method(:changed))
         @fork_hook = ForkTracker.after_fork { after_fork }
       end
 
@@ -183,6 +186,14 @@ module Herald
         end
       end
 
+      # After `wait`: the records the wakeups since `last_id` carried, when they are all of them up to the
+      # latest id this process heard of (Announcements), without a round trip; else nil (read global_backlog).
+      def announced_backlog(last_id, limit: nil)
+        return nil unless @notifier.ready?
+        records = @announced.after(last_id, @notifier.latest, limit) or return nil
+        Packed.unexpired(Packed.decode_all(records.dup))
+      end
+
       def epoch
         last_global_id
         @epoch
@@ -203,7 +214,7 @@ module Herald
 
       def lease(name)
         key = "#{@namespace}:lease:#{name}"
-        token = Store.new_epoch
+        token = "#{Store.new_epoch} #{Store.lease_holder_id}" # the holder reads in it (lease_holder)
         return nil unless write { |r| r.call_v(["SET", key, token, "NX", "PX", LEASE_TTL * 1000]) }
         @leases[key] = token
         start_renewer
@@ -213,12 +224,29 @@ module Herald
         end
       end
 
+      def retention(channel, site_id: nil)
+        Limits.validate_key!(channel, site_id)
+        @retention.for(Store.channel_key(channel, site_id)).dup
+      end
+
+      def stats
+        size, age = @retention.for(nil)
+        {"kind" => "redis", "server" => Store.redact_url(@url), "namespace" => @namespace,
+         "max_backlog_size" => size, "max_backlog_age" => age, "driver" => @driver.to_s}
+      end
+
+      def lease_holder(name)
+        token = read { |r| r.call_v(["GET", "#{@namespace}:lease:#{name}"]) }
+        token&.split(" ", 2)&.last&.force_encoding(Encoding::UTF_8)&.scrub
+      end
+
       # Forget connections and threads inherited from the parent. Runs by itself in a forked child
       # (Process._fork); call it yourself after a fork Ruby cannot see.
       def after_fork
         @pool.after_fork
         @batcher = Batcher.new { |requests| append_batch(requests) } # the parent's may be mid-call
         @leases.clear # the parent still holds them
+        @announced.clear # the listener starts again here
         @renewer = nil
       end
 
@@ -397,11 +425,31 @@ module Herald
           event = pubsub.next_event(CHECK_EVERY)
           next last_global_id unless event # quiet: has the store been flushed meanwhile?
           next unless event[0] == "message"
-          gid, key = event[2].split(",", 2)
-          notifier.notify(gid.to_i, key)
+          heard(notifier, event[2])
         end
       ensure
         pubsub&.close
+      end
+
+      # A wakeup: `<gid>,<channel key>`, `<gid>;<record>` (Scripts::APPEND: a small record, kept for
+      # announced_backlog before any reader is woken), or `<gid>` alone (a reset).
+      def heard(notifier, data)
+        digits = 0
+        digits += 1 while (byte = data.getbyte(digits)) && byte >= 48 && byte <= 57
+        gid = data.byteslice(0, digits).to_i
+        return notifier.notify(gid, data.byteslice(digits + 1, data.bytesize)) unless byte == 59 # ";"
+        record = data.byteslice(digits + 1, data.bytesize).force_encoding(Encoding::BINARY)
+        message = Packed::Message.new(record)
+        @announced.add(gid, record)
+        notifier.notify(gid, Store.channel_key(message.channel, message.site_id))
+      end
+
+      # Before any reader is woken (Notifier's on_change): a channel's cached backlog goes; a wakeup without
+      # a record (nil: a reset, or a connection lost or made, when wakeups may have been missed) ends the
+      # run of announced records.
+      def changed(key)
+        @cache&.invalidate(key)
+        @announced.clear if key.nil?
       end
 
       def renew_leases

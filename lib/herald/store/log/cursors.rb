@@ -50,6 +50,7 @@ module Herald
           end
           begin
             refresh
+            name_holder(file)
           rescue Exception # standard:disable Lint/RescueException
             file.close # never held without having read
             raise
@@ -57,7 +58,31 @@ module Herald
           Lease.new { file.close }
         end
 
+        # "host:pid" of the process holding `name`'s lease, nil when nobody holds it: the holder writes
+        # itself into the flock'ed file; a file nobody locks is a stale name.
+        def lease_holder(name)
+          path = @directory.join("leases", Directory.escape(name))
+          File.open(path, File::RDONLY) do |file|
+            if file.flock(File::LOCK_SH | File::LOCK_NB)
+              file.flock(File::LOCK_UN)
+              return nil
+            end
+            holder = file.read(256).to_s.strip
+            holder.empty? ? "unknown" : holder.force_encoding(Encoding::UTF_8).scrub
+          end
+        rescue Errno::ENOENT
+          nil
+        end
+
         private
+
+        # Best effort: a read-only directory still leases, it just cannot say who holds it.
+        def name_holder(file)
+          file.truncate(0)
+          file.pwrite(Store.lease_holder_id, 0)
+        rescue SystemCallError, IOError
+          nil
+        end
 
         def cursor_path(name) = @directory.join("cursors", Directory.escape(name))
 

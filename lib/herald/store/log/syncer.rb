@@ -31,7 +31,10 @@ module Herald
 
         # Makes everything written to `segment` durable now.
         def sync_now(segment)
-          segment&.sync # (none while the store opens a replaced directory)
+          return unless segment # (none while the store opens a replaced directory)
+          started = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          segment.sync
+          Metrics::FSYNC_DURATION.observe(Process.clock_gettime(Process::CLOCK_MONOTONIC) - started)
         rescue IOError
           nil # the segment was closed (deleted, or the store closed) after a final sync
         rescue SystemCallError => e

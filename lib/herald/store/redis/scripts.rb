@@ -18,6 +18,9 @@ module Herald
       # leaves the old set alone: channel backlogs read across the change, the global backlog starts at it.
       module Scripts
         Script = Struct.new(:source, :sha)
+        # The largest record tail (Packed.tail: data and ~30 bytes) a wakeup carries. Every process listening
+        # on the namespace receives every wakeup, so big records are read only by those that want them.
+        ANNOUNCE_MAX = 16 * 1024
 
         def self.script(source) = Script.new(source.freeze, Digest::SHA1.hexdigest(source).freeze)
 
@@ -140,7 +143,13 @@ module Herald
             if cut > 0 then trim(set, cut) end
             expire(set, ttl)
             finish(gid, gid)
-            redis.call('PUBLISH', ARGV[3], g .. ',' .. key)
+            -- The wakeup carries a small record (`<gid>;<record>`): a reader in another process that is
+            -- woken by it need not read it back (Redis::Announcements). Larger ones: `<gid>,<channel key>`.
+            if #ARGV[4] <= #{ANNOUNCE_MAX} then
+              redis.call('PUBLISH', ARGV[3], g .. ';' .. ids .. ARGV[4])
+            else
+              redis.call('PUBLISH', ARGV[3], g .. ',' .. key)
+            end
             if fresh then return {gid, mid} end
             return {gid, mid, epoch, reset}
           end

@@ -1,4 +1,5 @@
 # frozen_string_literal: true
 
-# message_bus's spec_helper loads message_bus/backends/<name> and reads MessageBus::BACKENDS.
-MessageBus::BACKENDS = {memory: :memory, redis: :redis, postgres: :postgres, log: :log}.freeze unless defined?(MessageBus::BACKENDS)
+# message_bus's spec_helper requires message_bus/backends/<name>, then reads MessageBus::BACKENDS (the drop-in
+# defines both the map and the classes).
+require "herald/message_bus"
