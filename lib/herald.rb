@@ -77,6 +77,7 @@ require_relative "herald/rack/pending_writes"    # bytes queued for a non-blocki
 require_relative "herald/rack/socket_connection" # ... on a hijacked socket (Puma)
 require_relative "herald/rack/queue_connection"  # ... through a Rack body (Falcon, fallback)
 require_relative "herald/rack/reactor"           # the one event loop holding parked clients
+require_relative "herald/rack/transport"         # the process's transport state: bus, event loop, reply cache
 require_relative "herald/rack/responder"         # one request: backlog, reply or park
 require_relative "herald/rack/reply_cache"       # replies to repeated polls, kept while the store is unchanged
 require_relative "herald/rack/client_script"     # the browser client, served at {base}message-bus/herald.js

@@ -8,6 +8,8 @@ require "stringio"
 # a child process: `require "herald/message_bus"` and the message_bus gem both define MessageBus, and other
 # tests in this process load the gem.
 class MessageBusCompatTest < Minitest::Test
+  ROOT = File.expand_path("..", __dir__)
+
   def run_specs(target, backend = "memory")
     out = StringIO.new
     counts, unexpected = MessageBusCompat.run(target: target, backend: backend, out: out)
@@ -55,6 +57,24 @@ class MessageBusCompatTest < Minitest::Test
     assert_empty unexpected, out
     assert_equal 0, counts[:failed], out
     assert_operator counts[:passed], :>=, 100, out
+  end
+
+  # A Rails app written for message_bus, on the drop-in (MessageBus's Railtie wiring, a controller's and a
+  # runner's MessageBus.publish reaching a poll through the app): in a child Ruby with the Rails gems the
+  # Rails app test installs (vendor/rails-gems; RailsAppTest::RAILS for this Ruby), none of this bundle's.
+  def test_a_rails_app_written_for_message_bus
+    rails = (Gem::Version.new(RUBY_VERSION) >= Gem::Version.new("3.2")) ? "8.1.4" : "7.2.4"
+    gems = File.join(ENV.fetch("HERALD_RAILS_GEMS", File.join(ROOT, "vendor", "rails-gems")), "ruby-#{RbConfig::CONFIG["ruby_version"]}", rails)
+    unless File.exist?(File.join(gems, "specifications", "railties-#{rails}.gemspec"))
+      return skip("Rails #{rails} is not in #{gems}: test/rails/rails_app_test.rb installs it")
+    end
+    clean = ENV.to_h.select { |k, _| k.start_with?("BUNDLE_", "BUNDLER_", "GEM_") || %w[RUBYOPT RUBYLIB].include?(k) }.transform_values { nil }
+    env = clean.merge("GEM_HOME" => gems, "GEM_PATH" => gems, "RUBYLIB" => File.join(ROOT, "lib"))
+    Dir.mktmpdir("mb-rails") do |root|
+      out, status = Open3.capture2e(env, RbConfig.ruby, File.expand_path("message_bus_compat/rails_check.rb", __dir__), root)
+      assert status.success?, out[-3000..] || out
+      assert_includes out, "rails ok"
+    end
   end
 
   # What the specs leave out: subscribe's return value, unsubscribe, Message's encoding, the middleware.

@@ -1,18 +1,14 @@
-// The client: one connection for all subscriptions, a loop that picks a transport, reads messages as they
-// arrive, and decides when to connect again.
+// The client: one connection for all subscriptions, and the loop that picks a transport, makes one request
+// with it (transport_*.ts), and decides from its Outcome (transport.ts) what follows: the next request at once
+// or at the polling pace, a backoff, a Retry-After wait, a fallback to the next transport.
 import { Backoff, retryAfter, type BackoffOptions } from "./backoff.js";
-import { readerFor, type BodyReader } from "./framing.js";
 import { Decoder, type MessagePackDecoder } from "./msgpack.js";
 import { Subscriptions, type Callback, type Message, type ResetEvent, type Subscription } from "./subscriptions.js";
+import type { TransportName } from "./transport.js";
+import { http } from "./transport_http.js";
+import { sse } from "./transport_sse.js";
 
-/**
- * In order of preference:
- *  - `stream`: a chunked response read with fetch + ReadableStream, each message decoded as it arrives;
- *  - `sse`: Server-Sent Events (EventSource; JSON; Herald only);
- *  - `longpoll`: one reply per request, held by the server until there is something to say;
- *  - `poll`: short polling, one immediate reply every `pollInterval`.
- */
-export type TransportName = "stream" | "sse" | "longpoll" | "poll";
+export type { TransportName };
 
 export const TRANSPORTS: readonly TransportName[] = ["stream", "sse", "longpoll", "poll"];
 
@@ -80,15 +76,6 @@ export interface Diagnostics {
   lastIds: Record<string, number>;
 }
 
-type Outcome =
-  | { kind: "done"; delay: number } // a reply or stream ended normally
-  | { kind: "failed"; error: unknown } // network or server error: back off
-  | { kind: "unsupported"; reason: string } // this transport does not work here: fall back
-  | { kind: "rate-limited"; delay: number } // 429
-  | { kind: "interrupted" }; // aborted on purpose: subscriptions changed, stop, offline, visible again
-
-const MSGPACK = "application/vnd.msgpack";
-const EPOCH_HEADER = "herald-epoch"; // Herald's store epoch, on its MessagePack replies
 const MIN_INTERVAL = 100; // ms between requests when the last one answered at once
 
 function randomId(): string {
@@ -107,20 +94,28 @@ export class Herald {
   readonly baseUrl: string;
   /** The transport of the current (or last) request. */
   transport: TransportName;
-  private options: Required<Pick<HeraldOptions, "msgpack" | "pollInterval" | "backgroundInterval" | "firstChunkTimeout" | "requestTimeout" | "retryBestAfter">>;
+  /** @internal */
+  options: Required<Pick<HeraldOptions, "msgpack" | "pollInterval" | "backgroundInterval" | "firstChunkTimeout" | "requestTimeout" | "retryBestAfter">>;
   private transports: TransportName[];
   private transportIndex = 0;
   private requestsSinceFallback = 0;
-  private subs = new Subscriptions();
+  /** @internal */
+  subs = new Subscriptions();
   private backoff: Backoff;
-  private decoder: MessagePackDecoder;
-  private fetchImpl: typeof fetch;
-  private headers: Record<string, string>;
-  private onError: (error: unknown) => void;
+  /** @internal */
+  decoder: MessagePackDecoder;
+  /** @internal */
+  fetchImpl: typeof fetch;
+  /** @internal */
+  headers: Record<string, string>;
+  /** @internal */
+  onError: (error: unknown) => void;
   private running = false;
   private loop: Promise<void> | null = null;
-  private seq = 0;
-  private abort: (() => void) | null = null; // ends the request in flight
+  /** @internal */
+  seq = 0;
+  /** @internal Ends the request in flight (set by its transport). */
+  abort: (() => void) | null = null;
   private wake: (() => void) | null = null; // ends the wait between requests
   private offline = false;
   private away = false; // between pagehide and pageshow
@@ -306,7 +301,7 @@ export class Herald {
       const started = Date.now();
       this.requests++;
       this.lastRequestAt = started;
-      const outcome = await this.request(transport);
+      const outcome = await (transport === "sse" ? sse : http)(this, transport);
       if (outcome.kind === "failed") {
         this.failures++;
         this.recentFailures++;
@@ -319,14 +314,14 @@ export class Herald {
         case "done":
           this.backoff.reset();
           this.requestsSinceFallback++;
-          delay = Math.max(outcome.delay - (Date.now() - started), MIN_INTERVAL - (Date.now() - started), 0);
+          delay = Math.max((outcome.poll ? this.pollDelay() : 0) - (Date.now() - started), MIN_INTERVAL - (Date.now() - started), 0);
           break;
         case "failed":
           this.onError(outcome.error);
           delay = this.backoff.next();
           break;
         case "rate-limited":
-          delay = outcome.delay;
+          delay = retryAfter(outcome.retryAfter, 15000, MIN_INTERVAL);
           break;
         case "unsupported":
           if (this.transportIndex < this.transports.length - 1) {
@@ -369,176 +364,8 @@ export class Herald {
     });
   }
 
-  private url(poll = false): string {
-    return `${this.baseUrl}message-bus/${this.clientId}/poll${poll ? "?dlp=t" : ""}`;
-  }
-
-  private body(): string {
-    const parts: string[] = [];
-    this.subs.request().forEach((lastId, channel) => parts.push(`${encodeURIComponent(channel)}=${lastId}`));
-    parts.push(`__seq=${++this.seq}`);
-    return parts.join("&");
-  }
-
-  private request(transport: TransportName): Promise<Outcome> {
-    if (transport === "sse") return this.sse();
-    return this.fetchRequest(transport);
-  }
-
-  private async fetchRequest(transport: TransportName): Promise<Outcome> {
-    const controller = new AbortController();
-    let why: "interrupted" | "timeout" | null = null;
-    const end = (reason: typeof why) => {
-      if (why === null) why = reason;
-      controller.abort();
-    };
-    this.abort = () => end("interrupted");
-    const streaming = transport === "stream";
-    const timeout = transport === "poll" ? 30000 : this.options.requestTimeout;
-    const timer = setTimeout(() => end("timeout"), timeout);
-    const headers: Record<string, string> = {
-      "Content-Type": "application/x-www-form-urlencoded",
-      "X-SILENCE-LOGGER": "true",
-      ...this.headers,
-    };
-    if (this.options.msgpack) headers.Accept = `${MSGPACK}, application/json;q=0.9`;
-    if (!streaming) headers["Dont-Chunk"] = "true";
-    const started = Date.now();
-    try {
-      const response = await this.fetchImpl(this.url(transport === "poll"), {
-        method: "POST",
-        headers,
-        body: this.body(),
-        signal: controller.signal,
-        credentials: "same-origin",
-        cache: "no-store",
-      });
-      if (response.status === 429) {
-        await response.body?.cancel().catch(() => {});
-        return { kind: "rate-limited", delay: retryAfter(response.headers.get("retry-after"), 15000, MIN_INTERVAL) };
-      }
-      if (!response.ok) {
-        await response.body?.cancel().catch(() => {});
-        return { kind: "failed", error: new Error(`HTTP ${response.status} from ${this.url()}`) };
-      }
-      if (!this.subs.checkEpoch(response.headers.get(EPOCH_HEADER))) {
-        // Another store answers (wiped, flushed, replaced): ask again at once from its position.
-        await response.body?.cancel().catch(() => {});
-        return { kind: "done", delay: 0 };
-      }
-      let received = 0;
-      const reader = readerFor(response.headers.get("content-type"), (m) => {
-        received++;
-        this.subs.deliver(m);
-      }, this.decoder);
-      if (!response.body) {
-        if (streaming) return { kind: "unsupported", reason: "no response body stream" };
-        reader.push(new Uint8Array(await response.arrayBuffer()));
-        reader.finish();
-      } else {
-        const headersAt = Date.now();
-        let firstByteAt = 0;
-        await this.drain(response.body, reader, () => {
-          if (!firstByteAt) firstByteAt = Date.now();
-        });
-        const buffered = firstByteAt - headersAt > this.options.firstChunkTimeout && Date.now() - firstByteAt < 250;
-        if (streaming && buffered) return { kind: "unsupported", reason: `the body came all at once after ${firstByteAt - headersAt} ms (a buffering proxy?)` };
-      }
-      // A server that does not hold requests (message_bus without rack.hijack) answers an empty reply at
-      // once: poll it at the polling pace rather than spin.
-      const held = received > 0 || Date.now() - started > 1000;
-      return { kind: "done", delay: transport === "poll" || !held ? this.pollDelay() : 0 };
-    } catch (error) {
-      if (why === "interrupted") return { kind: "interrupted" };
-      if (why === "timeout") return { kind: "failed", error: new Error(`no reply within ${timeout} ms`) };
-      return { kind: "failed", error };
-    } finally {
-      clearTimeout(timer);
-      this.abort = null;
-      this.decoder.release?.(); // the decoder would keep the last body's bytes alive between requests
-    }
-  }
-
-  private async drain(body: ReadableStream<Uint8Array>, reader: BodyReader, onBytes: () => void): Promise<void> {
-    const stream = body.getReader();
-    try {
-      for (;;) {
-        const { value, done } = await stream.read();
-        if (done) break;
-        if (value && value.length) {
-          onBytes();
-          reader.push(value);
-        }
-      }
-      reader.finish();
-    } finally {
-      stream.releaseLock();
-    }
-  }
-
   private pollDelay(): number {
     return this.hidden && this.options.backgroundInterval > 0 ? this.options.backgroundInterval : this.options.pollInterval;
-  }
-
-  // Server-Sent Events. The client reconnects itself (not EventSource) so that it resumes from its own
-  // per-channel ids: the stream the server closes after 25 s, or a broken one, ends the request.
-  private sse(): Promise<Outcome> {
-    if (typeof EventSource === "undefined") return Promise.resolve({ kind: "unsupported", reason: "no EventSource" });
-    const query: string[] = [];
-    this.subs.request().forEach((lastId, channel) => query.push(`${encodeURIComponent(channel)}=${lastId}`));
-    const url = `${this.baseUrl}message-bus/${this.clientId}/sse?${query.join("&")}`;
-    return new Promise<Outcome>((resolve) => {
-      const source = new EventSource(url, { withCredentials: false });
-      let opened = false;
-      let settled = false;
-      const timer = setTimeout(() => finish({ kind: "failed", error: new Error("SSE: no end within requestTimeout") }), this.options.requestTimeout);
-      const finish = (outcome: Outcome) => {
-        if (settled) return;
-        settled = true;
-        clearTimeout(timer);
-        source.close();
-        if (this.abort === interrupt) this.abort = null;
-        resolve(outcome);
-      };
-      const interrupt = () => finish({ kind: "interrupted" });
-      this.abort = interrupt;
-      const deliver = (event: MessageEvent) => {
-        try {
-          this.subs.deliver(JSON.parse(event.data));
-        } catch (error) {
-          this.onError(error);
-        }
-      };
-      source.onopen = () => {
-        opened = true;
-      };
-      source.onmessage = deliver;
-      source.addEventListener("status", deliver as EventListener);
-      source.onerror = () => {
-        if (opened) return finish({ kind: "done", delay: 0 });
-        // Never opened: the server is down, or does not speak SSE (message_bus answers JSON). Ask it.
-        source.close();
-        this.probeSse(url).then(finish);
-      };
-    });
-  }
-
-  private async probeSse(url: string): Promise<Outcome> {
-    const controller = new AbortController();
-    const timer = setTimeout(() => controller.abort(), 5000);
-    try {
-      const response = await this.fetchImpl(url, { headers: { Accept: "text/event-stream" }, signal: controller.signal, cache: "no-store" });
-      const type = response.headers.get("content-type") || "";
-      controller.abort();
-      if (response.status === 429) return { kind: "rate-limited", delay: retryAfter(response.headers.get("retry-after"), 15000, MIN_INTERVAL) };
-      if (response.ok && type.startsWith("text/event-stream")) return { kind: "failed", error: new Error("SSE connection failed") };
-      if (response.status >= 500) return { kind: "failed", error: new Error(`HTTP ${response.status}`) };
-      return { kind: "unsupported", reason: `the server answers ${response.status} ${type}, not an event stream` };
-    } catch (error) {
-      return { kind: "failed", error };
-    } finally {
-      clearTimeout(timer);
-    }
   }
 }
 

@@ -2,7 +2,7 @@
 // Retry-After in seconds and as an HTTP date.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Backoff, retryAfter } from "../dist/index.js";
+import { Backoff, retryAfter } from "../dist/backoff.js";
 
 test("the ceiling doubles per failure up to the cap; the wait is uniform below it", () => {
   const top = new Backoff({ base: 100, cap: 1000, random: () => 0.999999 });

@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { encode } from "@msgpack/msgpack";
-import { MessagePackReader, JsonStreamReader, JsonBodyReader, readerFor } from "../dist/index.js";
+import { MessagePackReader, JsonStreamReader, JsonBodyReader, readerFor } from "../dist/framing.js";
 import { seeded } from "./random.mjs";
 
 const msg = (id, data, channel = "/chat") => ({ global_id: id + 100, message_id: id, channel, data });

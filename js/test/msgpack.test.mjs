@@ -4,7 +4,7 @@
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { encode } from "@msgpack/msgpack";
-import { Decoder, INCOMPLETE, ExtValue } from "../dist/index.js";
+import { Decoder, INCOMPLETE, ExtValue } from "../dist/msgpack.js";
 import { seeded } from "./random.mjs";
 
 const decoder = new Decoder();

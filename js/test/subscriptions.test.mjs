@@ -2,7 +2,7 @@
 // reset (ids going backwards) reported, lookbehind, callbacks that throw.
 import { test } from "node:test";
 import assert from "node:assert/strict";
-import { Subscriptions } from "../dist/index.js";
+import { Subscriptions } from "../dist/subscriptions.js";
 
 const m = (channel, id, data = id) => ({ global_id: id * 10, message_id: id, channel, data });
 const status = (positions) => ({ global_id: -1, message_id: -1, channel: "/__status", data: positions });

@@ -18,6 +18,8 @@ require_relative "message_bus/implementation"
 require_relative "message_bus/rack_middleware"
 require_relative "message_bus/client"
 require_relative "message_bus/backends"
+# Rails: message_bus's Railtie wiring (lib/herald.rb has loaded Herald's own Railtie first).
+require_relative "message_bus/railtie" if defined?(::Rails::Railtie)
 
 module MessageBus
   # A bus of its own (message_bus's specs build one per test); the MessageBus module is the default one.

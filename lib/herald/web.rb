@@ -112,7 +112,8 @@ module Herald
       req = Request.new(env)
       csrf = Csrf.new(req, secret: @secret || self.class.secret)
       return asset(req) if req.path == "/herald.js"
-      return Metrics.new(bus: bus).call(env) if req.path == "/metrics"
+      # Lag for the subscribers this process loads and those named in Web.subscribers (workers elsewhere).
+      return Metrics.new(bus: bus, subscribers: Events::Lag.names | self.class.subscribers.map(&:to_s)).call(env) if req.path == "/metrics"
       return Health.new(bus: bus, **(self.class.health_options || {})).call(env) if req.path == "/health"
       return redirect(req, "/subscribers") if req.path == "" || req.path == "/"
       page, action = ROUTES[[req.get? ? "GET" : req.request_method, req.path]]

@@ -68,6 +68,46 @@ check "chunked bytes", big, JSON.parse(payload.gsub("\r\n||\r\n", "\r\n|\r\n")).
 check "stream ends with [] then the terminator", true, stream.end_with?("[]\r\n|\r\n\r\n0\r\n\r\n")
 MessageBus.destroy
 
+# The configuration an app writes for message_bus, through the middleware: on_connect/on_disconnect around each
+# poll with the site of site_id_lookup, group_ids_lookup targeting, extra_response_headers_lookup, the debug
+# broadcast route (off by default outside Rails, on when allowed) carrying non-ASCII data, is_admin_lookup kept.
+bus = MessageBus::Instance.new
+bus.configure(backend: :memory)
+site = "sité-😀"
+hooks = []
+bus.site_id_lookup { |env = nil| env ? env["HTTP_X_SITE"]&.then { |s| s.dup.force_encoding(Encoding::UTF_8) } : nil }
+bus.group_ids_lookup { |env| [env["HTTP_X_GROUP"].to_i] }
+bus.extra_response_headers_lookup { |_env| {"access-control-allow-origin" => "https://app.example"} }
+bus.is_admin_lookup { |_env| true }
+bus.on_connect { |site_id| hooks << [:connect, site_id] }
+bus.on_disconnect { |site_id| hooks << [:disconnect, site_id] }
+bus.publish("/g", "für Gruppe 7 ✓", group_ids: [7], site_id: site)
+mw = MessageBus::Rack::Middleware.new(->(_env) { [404, {}, ["app"]] }, message_bus: bus)
+request = ->(path, group, params = {}) do
+  env = Rack::MockRequest.env_for(path, :method => "POST", :params => params, "HTTP_X_GROUP" => group.to_s, "HTTP_X_SITE" => site.b)
+  status, headers, body = mw.call(env)
+  text = +""
+  body.each { |part| text << part }
+  [status, headers, text.force_encoding(Encoding::UTF_8)]
+end
+_, headers, text = request.call("/message-bus/abc/poll?dlp=t", 7, "/g" => "0")
+check "group 7 gets its message on its site", ["für Gruppe 7 ✓"], JSON.parse(text).map { |m| m["data"] }
+check "extra response headers", "https://app.example", headers["access-control-allow-origin"]
+check "on_connect then on_disconnect, with the site", [[:connect, site], [:disconnect, site]], hooks
+_, _, text = request.call("/message-bus/abc/poll?dlp=t", 8, "/g" => "0")
+check "group 8 gets a status instead", false, text.include?("Gruppe")
+check "the app's own paths run no hooks", 404, request.call("/other", 7).first.tap { hooks.clear }
+check "no hooks outside message-bus", [], hooks
+check "broadcast is off by default", false, request.call("/message-bus/broadcast", 7, "channel" => "/b", "data" => "x").last == "sent"
+bus.allow_broadcast = true
+sent = "héllo 😀 #{"z" * 100_000}"
+_, _, text = request.call("/message-bus/broadcast", 7, "channel" => "/b", "data" => sent)
+got = bus.backlog("/b").map(&:data)
+check "broadcast publishes", ["sent", [true]], [text[0, 100], got.map { |d| d == sent }]
+check "a broadcast over 4 MiB is refused, not cut", 413, request.call("/message-bus/broadcast", 7, "channel" => "/b", "data" => "é" * 3_000_000).first
+check "is_admin_lookup kept", true, bus.is_admin_lookup.call({})
+bus.destroy
+
 # Nothing configured: Herald's own default bus, on the embedded log ($HERALD_DIR); destroy leaves it to Herald.
 require "tmpdir"
 Dir.mktmpdir do |dir|

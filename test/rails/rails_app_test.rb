@@ -9,6 +9,7 @@ require "herald/rails/versions"
 require "yaml"
 require "erb"
 require_relative "turbo_streams_check"
+require_relative "cable_variants_check"
 
 # A real Rails app, as a user builds it: `rails new` (default options: importmap, Turbo, Stimulus, SQLite, and
 # on Rails 8 Solid Cache/Queue/Cable), the gem built from this checkout and installed, the README's "Installing
@@ -24,6 +25,7 @@ require_relative "turbo_streams_check"
 # Every check of a run is a method called from #production or #development: add yours there.
 class RailsAppTest < Minitest::Test
   include TurboStreamsCheck # #check_turbo_streams: Turbo Streams on adapter: herald
+  include CableVariantsCheck # Herald on Redis through a restart; Solid Cable kept (Rails 8)
 
   ROOT = File.expand_path("../..", __dir__)
   GEMS = File.join(ENV.fetch("HERALD_RAILS_GEMS", File.join(ROOT, "vendor", "rails-gems")), "ruby-#{RbConfig::CONFIG["ruby_version"]}")
@@ -103,8 +105,10 @@ class RailsAppTest < Minitest::Test
     check_solid_queue if rails8?
     check_kill_9_of_a_worker
     check_logs(puma_log)
-    stop_in_flight_and_restart(app, puma_pid)
+    @run[:puma_pid] = stop_in_flight_and_restart(app, puma_pid)
     check_logs(*Dir[File.join(@tmp, "puma-*.log")])
+    check_cable_on_redis unless oldest?
+    check_solid_cable_kept if rails8?
     log "Rails #{rails}: production test in #{(monotonic - started).round(1)} s"
   end
 
@@ -229,9 +233,9 @@ class RailsAppTest < Minitest::Test
   ].freeze
 
   # Puma's and Rails' logs: no WARNING (Puma's failed hooks, deprecations, Ruby warnings), no error, no backtrace.
-  def check_logs(*files)
+  def check_logs(*files, expected: [])
     files.each do |file|
-      problems = File.readlines(file).grep(LOG_PROBLEM).reject { |l| EXPECTED_LOG_LINES.any? { l.match?(_1) } }
+      problems = File.readlines(file).grep(LOG_PROBLEM).reject { |l| (EXPECTED_LOG_LINES + expected).any? { l.match?(_1) } }
       assert_empty problems, "#{File.basename(file)} has warnings, errors or backtraces (#{file})"
     end
   end
@@ -336,13 +340,14 @@ class RailsAppTest < Minitest::Test
     assert_includes before, in_flight, "event #{in_flight} was in flight at SIGTERM and must finish before its worker exits"
     assert_operator before.size, :<, SLOW.size, "Puma stopped after every slow event: nothing tested the restart"
 
-    start_puma(app, label: "production-restarted")
+    restarted = start_puma(app, label: "production-restarted").last
     eventually(timeout: 60, message: "after the restart, not every event was handled: #{numbers(handled)}") do
       (SLOW - numbers(handled)).empty?
     end
     sleep 1 # a duplicate would come now
     assert_equal SLOW, numbers(handled).select { SLOW.include?(_1) }.sort, "each event once across the stop and restart"
     log "SIGTERM with event #{in_flight} in flight: #{before.size} of #{SLOW.size} handled before, the rest after the restart"
+    restarted
   end
 
   def numbers(file) = File.exist?(file) ? File.readlines(file).map { |l| Integer(l.split[2]) } : []
@@ -416,6 +421,8 @@ class RailsAppTest < Minitest::Test
     install_rails(rails)
     install_herald
     app = oldest? ? minimal_app : default_app
+    cable = File.join(app, "config", "cable.yml")
+    @rails_new_cable = File.read(cable) if File.exist?(cable)
     readme_install(app)
     FileUtils.cp_r("#{FIXTURE}/.", app)
     configure_production(app)

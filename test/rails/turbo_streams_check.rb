@@ -12,27 +12,37 @@ module TurboStreamsCheck
   # Pages are opened until the WebSockets of both Puma workers stream "room" (log/cable.txt names the process
   # of each confirmation); `broadcast_append_to` from `bin/rails runner` (another process, through the app's
   # Herald store) appears live in every page, once; then a broadcast of over 1 MB does too, whole.
-  def check_turbo_streams
+  #
+  # `variant:` (a label) and a block: another cable.yml than the generator's (Herald on Redis, Solid Cable kept);
+  # the block runs after the first check (a Redis restart), then one more broadcast must reach every page, once.
+  # `flush:` Ruby the runner runs after its broadcasts (Solid Cable writes them from a background thread).
+  def check_turbo_streams(variant: nil, flush: "", &between)
     started = monotonic
     app = @run[:app]
-    cable = YAML.safe_load(ERB.new(File.read(File.join(app, "config", "cable.yml"))).result, aliases: true)
-    assert_equal %w[herald test herald], cable.values_at("development", "test", "production").map { |e| e["adapter"] }, "the generator's cable.yml"
+    assert_generators_cable_yml(app) unless variant
     stdin, stdout, wait = Open3.popen2({"NODE_PATH" => File.join(self.class::ROOT, "node_modules")}, "node",
-      File.join(__dir__, "turbo_check.mjs"), @run[:url], File.join(self.class::ARTIFACTS, name), "production-#{@rails}", chdir: self.class::ROOT)
+      File.join(__dir__, "turbo_check.mjs"), @run[:url], File.join(self.class::ARTIFACTS, name), ["production", @rails, variant].compact.join("-"), chdir: self.class::ROOT)
     @pids << wait.pid
     opened = open_turbo_pages_on_every_worker(app, stdin, stdout)
     run!(app, "bin/rails", "runner", <<~RUBY)
       Turbo::StreamsChannel.broadcast_append_to("room", target: "messages", html: %(<p id="m1">#{TURBO_TEXT}</p>))
       Turbo::StreamsChannel.broadcast_append_to("room", target: "messages", html: %(<p id="big">) + #{TURBO_BIG_UNIT.inspect} * #{TURBO_BIG_REPEAT} + "</p>")
+      #{flush}
     RUBY
     stdin.puts "expect #{JSON.generate(ids: %w[m1 big])}"
-    pages = JSON.parse(Timeout.timeout(120) { stdout.gets }.to_s)
+    assert_turbo_pages(JSON.parse(Timeout.timeout(120) { stdout.gets }.to_s), opened)
+    if between
+      between.call
+      run!(app, "bin/rails", "runner", %(Turbo::StreamsChannel.broadcast_append_to("room", target: "messages", html: %(<p id="m2">#{TURBO_TEXT}</p>))\n#{flush}))
+      stdin.puts "expect #{JSON.generate(ids: %w[m1 big m2])}"
+      pages = JSON.parse(Timeout.timeout(120) { stdout.gets }.to_s)
+      pages.each { |page| assert_equal [1, TURBO_TEXT], page["items"][2].values_at("count", "text"), "page rendered by #{page["pid"]}: the broadcast after #{variant}'s interruption, once" }
+    end
     stdin.close
     wait.value # the browser closed its WebSockets: Puma's later stop does not wait for them
-    assert_turbo_pages(pages, opened)
-    sizes = cable_publishes(app)
-    log "Turbo Streams: #{opened} pages, WebSockets on workers #{cable_confirmations(app).tally}, both broadcasts once in " \
-      "every page (#{sizes.max} bytes stored for the large one) in #{(monotonic - started).round(1)} s"
+    stored = variant ? "" : " (#{cable_publishes(app).max} bytes stored for the large one)"
+    log "Turbo Streams#{" (#{variant})" if variant}: #{opened} pages, WebSockets on workers #{cable_confirmations(app).tally}, " \
+      "every broadcast once in every page#{stored} in #{(monotonic - started).round(1)} s"
   ensure
     # On a failure, the browser goes first: Puma's graceful stop would wait for its open WebSockets.
     stdin&.close unless stdin&.closed?
@@ -40,6 +50,11 @@ module TurboStreamsCheck
   end
 
   private
+
+  def assert_generators_cable_yml(app)
+    cable = YAML.safe_load(ERB.new(File.read(File.join(app, "config", "cable.yml"))).result, aliases: true)
+    assert_equal %w[herald test herald], cable.values_at("development", "test", "production").map { |e| e["adapter"] }, "the generator's cable.yml"
+  end
 
   def open_turbo_pages_on_every_worker(app, stdin, stdout)
     workers = puma_workers(@run[:puma_log])

@@ -212,8 +212,10 @@ module Herald
       store.save_cursor("RunsElsewhere", 0)
       Herald.publish("/a", 1)
       refute_includes get("/subscribers")[2], "RunsElsewhere"
+      refute_includes get("/metrics")[2], "RunsElsewhere"
       Herald::Web.subscribers = ["RunsElsewhere"]
       assert_match %r{data-subscriber="RunsElsewhere">.*?<td class="num lag">1</td>}m, get("/subscribers")[2]
+      assert_includes get("/metrics")[2], %(herald_subscriber_lag_messages{subscriber="RunsElsewhere"} 1)
     end
 
     def test_a_retry_in_progress_is_shown_then_cleared

@@ -203,6 +203,17 @@ class RedisStoreMetricsTest < Minitest::Test
   end
 end
 
+class PostgresStoreMetricsTest < Minitest::Test
+  include Herald::MetricsCases
+
+  def setup
+    Herald::TestServers.require!(self, :postgres)
+    super
+  end
+
+  def build_store = Herald::Store::Postgres.new(url: Herald::TestServers.postgres_url, table: "m_#{SecureRandom.hex(5)}")
+end
+
 # Retries and dead letters of deferred subscribers, and their handler calls as deliveries.
 class EventsMetricsTest < Minitest::Test
   include Herald::EventsTestSupport

@@ -49,6 +49,23 @@ module MessageBus
 
     def max_active_clients = @config[:max_active_clients] || 1000
 
+    # Milliseconds a long poll is held (message_bus's default: 25 000).
+    def long_polling_interval = @config[:long_polling_interval] || 25_000
+
+    def long_polling_interval=(millis)
+      configure(long_polling_interval: millis)
+    end
+
+    # The debug route `{base}message-bus/broadcast?channel=&data=`: off unless set, or Rails in development/test.
+    def allow_broadcast?
+      return @config[:allow_broadcast] if @config.key?(:allow_broadcast)
+      defined?(::Rails.env) ? (::Rails.env.test? || ::Rails.env.development?) : false
+    end
+
+    def allow_broadcast=(val)
+      configure(allow_broadcast: val)
+    end
+
     def max_active_clients=(val)
       configure(max_active_clients: val)
     end

@@ -52,8 +52,7 @@ module Herald
         # user/group/site lookup or filter makes replies differ between clients. false: every poll is built.
         reply_cache: true
       }.freeze
-      # Lookups whose answer changes which messages a client gets: with any of them set, no reply is shared.
-      PER_CLIENT = %i[user_id_lookup group_ids_lookup site_id_lookup].freeze
+      PER_CLIENT = Transport::PER_CLIENT
       POST = "POST"
       # A client id (Responder::CLIENT_ID) at a position of the path, then a slash or the end.
       CLIENT_ID_AT = %r{\G[A-Za-z0-9_.~-]{1,128}(?=/|\z)}
@@ -69,20 +68,13 @@ module Herald
         unknown = options.keys - DEFAULTS.keys
         raise InvalidArgumentError, "Unknown option #{unknown.first.inspect}, expected one of #{DEFAULTS.keys.inspect}" if unknown.any?
         @app = app
-        @bus = bus # nil: Herald's default bus, looked up per request (see #bus)
         @options = DEFAULTS.merge(options).freeze
         @prefix = "#{normalize_base(@options[:base_route])}message-bus/"
-        @wire = Wire.new
-        @filters = @options[:client_message_filters].to_a.freeze
-        @shareable = @filters.empty? && PER_CLIENT.none? { |name| @options[name] }
-        @cache_polls = @shareable && @options[:reply_cache]
+        @transport = Transport.new(bus: bus, options: @options, prefix: @prefix) # nil bus: Herald's default, per request
+        @cache_polls = @transport.cache_polls?
         @plain_headers = !@options[:extra_response_headers_lookup] # the same headers for every JSON reply
-        @reply_cache = nil
         @poll_paths = {}
-        @on_error = @options[:on_error] || ->(e) { Herald.logger.warn "http transport: #{e.class}: #{e.message}" }
-        @lock = Mutex.new
-        @reactor = nil
-        @pid = nil
+        @fixed_cache = nil
       end
 
       def call(env)
@@ -90,44 +82,27 @@ module Herald
         path.start_with?(@prefix) ? serve(env, path) : @app.call(env)
       end
 
-      # The bus given to new, else Herald.bus at the time of the request: building the middleware opens
-      # nothing (a Rails app boots, runs `rails runner` or a rake task without touching the store), and
-      # after Herald.reset! the next request uses the new bus.
-      def bus = @bus || Herald.bus
+      # The process's transport state (bus, event loop, reply cache): see Transport.
+      attr_reader :transport
 
-      # The event loop of this process; a forked worker builds its own, and so does a new default bus.
-      def reactor
-        bus = self.bus
-        return @reactor if @pid == ForkTracker.pid && @reactor&.bus.equal?(bus)
-        @lock.synchronize do
-          return @reactor if @pid == ForkTracker.pid && @reactor&.bus.equal?(bus)
-          @reactor&.close if @pid == ForkTracker.pid
-          @reactor = Reactor.new(bus: bus, wire: @wire, filters: @filters, write_timeout: @options[:write_timeout], on_error: @on_error)
-          @pid = ForkTracker.pid
-          @reactor
-        end
-      end
+      def bus = @transport.bus
 
-      # True when a poll's reply may depend on nothing but the request and the store (see Responder#shared).
-      def shareable? = @shareable
+      def reactor = @transport.reactor
 
-      # The ReplyCache of the current store (a new bus after Herald.reset! starts an empty one); nil when off.
-      def reply_cache
-        return nil unless @cache_polls
-        cache = @reply_cache
-        return cache if cache && (@bus || cache.for?(Herald.bus.store)) # a given bus keeps its store
-        @reply_cache = ReplyCache.new(store: bus.store, prefix: @prefix)
-      end
+      def reply_cache = @transport.reply_cache
 
-      def active_clients = (@pid == ForkTracker.pid && @reactor) ? @reactor.size : 0
+      def shareable? = @transport.shareable?
+
+      def active_clients = @transport.active_clients
 
       # Ends every parked client (each gets its final `[]`), then stops the event loop.
-      def close
-        @reactor&.close if @pid == ForkTracker.pid
-        @reactor = nil
-      end
+      def close = @transport.close
 
-      attr_reader :wire, :filters, :on_error
+      def wire = @transport.wire
+
+      def filters = @transport.filters
+
+      def on_error = @transport.on_error
 
       private
 
@@ -143,7 +118,7 @@ module Herald
         return [404, {}, ["not found"]] if client_id.nil? || client_id.empty?
         return ClientScript.call(env) if ClientScript.request?(env, client_id, action)
         skip_session(env)
-        Responder.new(self, env, client_id, action, miss: miss).call
+        Responder.new(@transport, env, client_id, action, miss: miss).call
       rescue RequestError => e
         [e.status, {"content-type" => "text/plain; charset=utf-8", "content-length" => (e.message.bytesize + 1).to_s}, ["#{e.message}\n"]]
       rescue => e
@@ -161,7 +136,7 @@ module Herald
         return nil if Instrumentation.listening?(Responder::POLL) # every such poll gets its event
         type = env["CONTENT_TYPE"]
         body = PollRequest.body(env, @options[:max_body_bytes], type) or return nil
-        found = ((@bus && @reply_cache) || reply_cache).find(env, body, type)
+        found = (@fixed_cache || current_reply_cache).find(env, body, type)
         # The body is read: the Responder gets it (rack.input need not rewind: Rack 3).
         return found || ReplyCache::Miss.new(nil, body) unless found.is_a?(Array) # an entry (ReplyCache::Entry)
         skip_session(env) if env.key?("rack.session.options")
@@ -170,9 +145,17 @@ module Herald
         accept = found[ReplyCache::Entry::ACCEPT] # this request's
         messages = found[ReplyCache::Entry::MESSAGES]
         Metrics::DELIVERED.add(messages, Metrics::LONG_POLL) if messages > 0
-        return Responder.cached(self, env, reply, messages) unless @plain_headers && !accept&.include?(MSGPACK_TYPE)
+        return Responder.cached(@transport, env, reply, messages) unless @plain_headers && !accept&.include?(MSGPACK_TYPE)
         env[EnvKeys::SHARED_REPLY] = messages
         [200, json_headers, [reply]]
+      end
+
+      # A given bus keeps its store, so its reply cache is kept here: one ivar read on the cached poll's path
+      # (asking the transport costs two calls, ~900 instructions a poll); the default bus may change.
+      def current_reply_cache
+        cache = @transport.reply_cache
+        @fixed_cache = cache if @transport.given_bus?
+        cache
       end
 
       # REPLY_HEADERS[JSON_TYPE], as a literal: Ruby copies a literal Hash of Strings in one instruction

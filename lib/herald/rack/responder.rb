@@ -15,10 +15,11 @@ module Herald
 
       # miss: the ReplyCache::Miss of this request (Middleware#cached): its body is the request's, and a
       # shareable reply is kept under its key.
-      def initialize(middleware, env, client_id, action, miss: nil)
-        @mw = middleware
+      # transport: the process's Rack::Transport (bus, reactor, wire, filters, options).
+      def initialize(transport, env, client_id, action, miss: nil)
+        @transport = transport
         @miss = miss
-        @options = middleware.options
+        @options = transport.options
         @env = env
         @client_id = client_id
         @action = action
@@ -26,7 +27,7 @@ module Herald
       end
 
       # The reply to a request whose body Middleware#cached found in the ReplyCache: this request's headers.
-      def self.cached(middleware, env, body, messages) = new(middleware, env, nil, nil).cached(body, messages)
+      def self.cached(transport, env, body, messages) = new(transport, env, nil, nil).cached(body, messages)
 
       def cached(body, messages)
         @env[EnvKeys::SHARED_REPLY] = messages unless @options[:extra_response_headers_lookup]
@@ -52,7 +53,7 @@ module Herald
         end
         @payload[:channels] = request.channels.size if @payload
         client = build_client(request)
-        store = @mw.bus.store
+        store = @transport.bus.store
         @epoch = store.known_epoch # before the snapshot: a reset after it is seen by the reactor (Reactor#admit)
         snapshot = @stamp = store.last_global_id # before anything is read: a publish after it ends a cached reply
         msgs, status = sse ? sse_backlog(client, request) : backlog(client, request)
@@ -105,7 +106,7 @@ module Herald
 
       # The table of docs/protocol.md 1.2, per channel. Sets the client's positions; returns [messages, status].
       def backlog(client, request)
-        bus = @mw.bus
+        bus = @transport.bus
         last_ids = bus.last_ids(*request.channels.keys, site_id: client.site_id)
         msgs = []
         status = nil
@@ -131,7 +132,7 @@ module Herald
         position = client.positions[channel]
         found.each do |msg|
           position = msg.message_id if msg.message_id > position
-          client.allowed?(msg, @mw.filters) ? msgs << msg : withheld = true
+          client.allowed?(msg, @transport.filters) ? msgs << msg : withheld = true
         end
         client.positions[channel] = position
         if withheld
@@ -150,10 +151,10 @@ module Herald
         raise RequestError, "Last-Event-ID must be a global id >= 0" if after.nil? || after < 0
         msgs = []
         status = nil
-        last_ids = @mw.bus.last_ids(*request.channels.keys, site_id: client.site_id)
+        last_ids = @transport.bus.last_ids(*request.channels.keys, site_id: client.site_id)
         request.channels.each_key do |channel|
           client.positions[channel] = last_ids[channel] || 0
-          found = @mw.bus.backlog(channel, 0, site_id: client.site_id).select { |m| m.global_id > after }
+          found = @transport.bus.backlog(channel, 0, site_id: client.site_id).select { |m| m.global_id > after }
           status = take(client, channel, found, msgs, status)
         end
         [msgs.sort_by!(&:global_id), status]
@@ -162,13 +163,13 @@ module Herald
       def reply(msgs, status)
         @payload[:messages] = msgs.size if @payload
         Metrics::DELIVERED.add(msgs.size, Metrics::LONG_POLL) unless msgs.empty?
-        reply_of(msgpack? ? @mw.wire.msgpack_array(msgs, status) : @mw.wire.json_array(msgs, status))
+        reply_of(msgpack? ? @transport.wire.msgpack_array(msgs, status) : @transport.wire.json_array(msgs, status))
       end
 
       # A fresh headers Hash and body Array each time: middleware in front of us may add to them.
       def reply_of(body) = [200, headers(msgpack? ? Middleware::MSGPACK_TYPE : Middleware::JSON_TYPE), [body]]
 
-      def cacheable? = @payload.nil? && @mw.shareable?
+      def cacheable? = @payload.nil? && @transport.shareable?
 
       # The reply depends only on the request and the store, not on who asked: not for an instrumented
       # request, lookups or filters (they see the env), a targeted message sent or withheld (client_ids:
@@ -190,8 +191,8 @@ module Herald
           @payload[:parked] = true
           @payload[:messages] = msgs.size # a stream's backlog, written as it starts
         end
-        reactor = @mw.reactor
-        common = {client: client, mode: mode, encoding: msgpack? ? :msgpack : :json, wire: @mw.wire}
+        reactor = @transport.reactor
+        common = {client: client, mode: mode, encoding: msgpack? ? :msgpack : :json, wire: @transport.wire}
         if hijack?
           io = @env["rack.hijack"].call
           io = @env["rack.hijack_io"] unless io.respond_to?(:write_nonblock)
@@ -221,7 +222,7 @@ module Herald
         end
       end
 
-      def room? = @mw.active_clients < @options[:max_active_clients]
+      def room? = @transport.active_clients < @options[:max_active_clients]
 
       def long_polling? = @options[:long_polling_enabled] && !@env["QUERY_STRING"].to_s.include?("dlp=t")
 
@@ -268,7 +269,7 @@ module Herald
       end
 
       def store_epoch
-        store = @mw.bus.store
+        store = @transport.bus.store
         epoch = store.known_epoch.to_s
         epoch if epoch&.match?(EPOCH_SAFE)
       end
