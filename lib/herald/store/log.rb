@@ -76,11 +76,7 @@ module Herald
           return commit_grouped([channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id,
             max_backlog_size, max_backlog_age])
         end
-        token = await_lease unless @leased # (WriteLease) another process holds the lease: wait without @lock
-        msg = @lock.synchronize do
-          token = adopt_lease(token) if token
-          append_locked(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age)
-        end
+        msg = @lock.synchronize { append_locked(channel, payload, codec, created_at, user_ids, group_ids, client_ids, site_id, max_backlog_size, max_backlog_age) }
         # Other processes first: waking this process's event loop first let it take the GVL before the
         # pokes went out (reading the wakeup directory releases it), and hold it for its whole fan-out.
         @wakeup&.notify(@used_at) # (nil while a replaced directory is being opened: Replacement)
@@ -91,8 +87,6 @@ module Herald
         # every PASS_EVERY appends; with nobody waiting, Thread.pass is one sched_yield.
         Thread.pass if (@appends += 1) % PASS_EVERY == 0
         msg
-      ensure
-        @lock.synchronize { adopt_lease(token) } if token # interrupted before @lock: the lease is kept as an unused one
       end
 
       def last_id(channel, site_id: nil)

@@ -93,10 +93,17 @@ class LogKilledHolderTest < Minitest::Test
     writers = WRITERS.times.map { |id| spawn_writer(id, fsync, per_writer).tap { |pid| ids[pid] = id } }
     next_id = WRITERS
     killed = []
+    finished = {} # pid => status of the writers reaped while looking for live ones
     KILLS.times do
       sleep @random.rand(0.05..0.3)
-      live = writers.reject { |pid| Process.waitpid(pid, Process::WNOHANG) }
-      holder = lock_holder
+      live = writers.reject { |pid| (done = Process.wait2(pid, Process::WNOHANG)) && (finished[pid] = done.last) }
+      # (:always holds the lock only while it writes a batch, not over its sync: look until it is seen)
+      holder = nil
+      500.times do
+        holder = lock_holder
+        break if live.include?(holder)
+        sleep 0.0002
+      end
       victim = live.include?(holder) ? holder : live.sample(random: @random)
       break unless victim
       Process.kill(:KILL, victim)
@@ -106,7 +113,7 @@ class LogKilledHolderTest < Minitest::Test
       writers << spawn_writer(next_id, fsync, per_writer).tap { |pid| ids[pid] = next_id }
       next_id += 1
     end
-    writers.each { |pid| assert Process.wait2(pid).last.success?, "writer #{pid} failed" }
+    writers.each { |pid| assert (finished[pid] || Process.wait2(pid).last).success?, "writer #{pid} failed" }
     all = open_store(fsync).global_backlog(0)
     total = all.last.global_id
     eventually(timeout: 10, message: "the reader caught up to #{total}") { seen.last == total }

@@ -151,9 +151,7 @@ module Herald
 
         # Returns nil, or the error every appender of the batch raises.
         def commit(batch)
-          token = await_lease unless @leased # (WriteLease) another process holds the lease: wait without @lock
           segment = @lock.synchronize do
-            token = adopt_lease(token) if token
             writable!
             written = locked { write_batch(batch) }
             # While other processes write too, the lease goes before the sync, not after: another process's
@@ -172,8 +170,6 @@ module Herald
           nil
         rescue => e
           e
-        ensure
-          @lock.synchronize { adopt_lease(token) } if token # interrupted before @lock: kept as an unused lease
         end
 
         # Stages every record (ids follow on from the log and from each other), writes them at once, and

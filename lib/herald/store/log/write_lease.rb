@@ -74,8 +74,6 @@ module Herald
           @asked_at = -WATCH
           @ticks = 0
           @lock_stats = {leases: 0, waits: 0, waited: 0.0, asks: 0, handed: 0, given: 0}
-          @lease_mutex = Mutex.new # one thread of this process waits for the flock outside @lock (await_lease)
-          @drops = (@drops || 0) + 1 # counts every drop_lease: tells await_lease whether its flock still holds
         end
 
         # Runs the block holding the write lock; under @lock.
@@ -118,12 +116,6 @@ module Herald
         # cannot keep the lock from a slow one; a handover that worked halves it again.
         def take_lease
           check_directory_for_writing if @wakeup # (Replacement; not while opening) may reopen another directory
-          flock_lease
-          hold
-        end
-
-        # The flock, after the step back: at once, or by a blocking wait (wait_for_lock).
-        def flock_lease
           gave = @gave_lease_at > @leased_at && now - @gave_lease_at < STEP_BACK_MAX # (a while ago: no one waits)
           wait = @gave_lease_at + @step_back - now
           sleep wait if gave && wait > 0
@@ -135,49 +127,11 @@ module Herald
             @contended_at = now
             wait_for_lock(ask: ask)
           end
+          hold
+          # Its listener is to drop the lease once unused for IDLE: it must know it has one. (Not needed
+          # when :always drops it after the batch, others writing: GroupCommit#commit.)
+          @wakeup&.nudge unless @fsync == :always && contended?
         end
-
-        # Before an append takes @lock: waits for the flock WITHOUT @lock, so that while this process waits
-        # for another's lease its listener goes on reading the holder's records (refresh needs @lock), and
-        # its readers are not held up. Waiting under @lock, the whole of the holder's run (up to MIN_HOLD of
-        # appends) was read after the flock came, under it: on every writer's critical path, and the
-        # listener's socket filled up meanwhile (each poke then a failed sendmsg). => a token for
-        # adopt_lease, or nil when there was nothing to wait for (the lease is held, or no listener: the
-        # append takes the lock under @lock as before).
-        def await_lease
-          return if @leased || @closed || !@write_lock || !@wakeup&.listening?
-          @lease_mutex.synchronize do
-            return if @leased
-            token = [@write_lock, @drops]
-            flock_lease
-            token
-          end
-        rescue IOError
-          nil # the lock file was closed while this thread waited (Replacement reopened another directory)
-        end
-
-        # Under @lock, first thing in an append: the flock await_lease took is this store's lease when
-        # nothing dropped a lease since it started (a drop may have come after its flock: then it is not
-        # held) and the lock file is still this directory's (Replacement). Otherwise it is let go, and the
-        # append takes the lease as before.
-        def adopt_lease(token)
-          lock, drops = token
-          return if ours?(lock)
-          begin
-            if lock.equal?(@write_lock) && drops == @drops && !@closed
-              check_directory_for_writing # (Replacement) a reopen closes `lock`, and its flock with it
-              hold if lock.equal?(@write_lock)
-            end
-          ensure
-            lock.flock(File::LOCK_UN) unless ours?(lock)
-          end
-          nil
-        rescue IOError
-          nil
-        end
-
-        # The flock on `lock` is this store's lease, or `lock` is closed: nothing to let go of.
-        def ours?(lock) = lock.closed? || (@leased && lock.equal?(@write_lock))
 
         def hold
           @lock_stats[:leases] += 1
@@ -185,9 +139,6 @@ module Herald
           @leased = true
           @lease_fresh = true
           @leased_at = now
-          # Its listener is to drop the lease once unused for IDLE: it must know it has one. (Not needed
-          # when :always drops it after the batch, others writing: GroupCommit#commit.)
-          @wakeup&.nudge unless @fsync == :always && contended?
         end
 
         def ask_for_lease
@@ -329,18 +280,10 @@ module Herald
           ask_for_lease
         end
 
-        # @drops counts only once the flock is gone: File#flock lets other threads run during the syscall, and
-        # an await_lease of this process that flocked in that moment got the lock it was dropping (a no-op
-        # on its own descriptor) and would have adopted a lease it lost a moment later. A kill -9 test caught
-        # the two writers this made (killed_holder_test.rb).
         def drop_lease
           return unless @leased
           @leased = false
-          begin
-            @write_lock.flock(File::LOCK_UN)
-          ensure
-            @drops += 1
-          end
+          @write_lock.flock(File::LOCK_UN)
         end
 
         # Called by the Wakeup listener when another store asked for the lease. A lease held less than
