@@ -72,6 +72,11 @@ module Herald
   # The disk is full or a file-size limit was hit; what is stored stays readable.
   class StoreFullError < StoreError; end
 
+  # The embedded log's directory was replaced (emptied and recreated, a backup restored) while a publish was
+  # being written: nothing of it was stored. A lone publish is written again into the new directory; a
+  # publish batched with others under `fsync: :always` raises this: publish again.
+  class LogReplacedError < StoreError; end
+
   # The store's directory (or server) refuses writes; what is stored stays readable.
   class ReadOnlyError < StoreError; end
 

@@ -103,7 +103,11 @@ class HandlerFaultsTest < Minitest::Test
     pids = Array.new(2) { |i| fork_child { mortal_worker(dir, out, marker, File.join(dir, "log#{i}")) } }
     done = wait_for(20) { lines(out).count { |l| l.start_with?("Mortal ") } >= total }
     publish_numbered(dir, (total + 1)..(total + 20)) if done # live ones after the takeover
-    done &&= wait_for(10) { lines(out).count { |l| l.start_with?("Mortal ") } >= total + 20 }
+    # Both subscribers: the bystander's worker runs on after Mortal's last event (CI at load 13: killed at its 101st).
+    done &&= wait_for(10) do
+      handled = lines(out)
+      handled.count { |l| l.start_with?("Mortal ") } >= total + 20 && handled.count { |l| l.start_with?("Bystander ") } >= total + 20
+    end
     pids.each { |p| Process.kill(:KILL, p) }
     pids.each { |p| Process.wait(p) }
     holder, died_at = File.read(marker).split.then { |pid, t| [pid.to_i, t.to_f] }

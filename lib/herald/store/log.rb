@@ -273,6 +273,8 @@ module Herald
           @index.add_to(ch, msg, retention)
           @appended.broadcast if @waiting > 0
           msg
+        rescue LogReplacedError
+          retry # reopened: written into the new directory, with its ids
         ensure
           after_append
         end
@@ -321,7 +323,11 @@ module Herald
       # far is synced first, which bounds how far a reservation runs past the durable log.
       def reserve(last)
         return if last <= @reservation.reserved
-        storing { @reservation.reserve(last) { sync_before_reserving } }
+        @reservation.reserve(last) { sync_before_reserving }
+      rescue Errno::ENOENT => e
+        replaced_while_writing!(e)
+      rescue SystemCallError => e
+        raise storing_error(e)
       end
 
       def sync_before_reserving
@@ -363,7 +369,7 @@ module Herald
         when Errno::EROFS, Errno::EACCES, Errno::EPERM
           ReadOnlyError.new("#{@dir} refuses writes (#{e.message}): make it writable (permissions, mount " \
             "options); stored messages stay readable")
-        else e
+        else StoreError.new("writing the log in #{@dir} failed: #{e.class}: #{e.message}")
         end
       end
     end

@@ -163,6 +163,31 @@ class LogReplacedDirectoryTest < Minitest::Test
     end
   end
 
+  # A writer keeping the lease whose directory is deleted before the listener looks (pinned here by holding
+  # off the listener's look) finds the files gone when it next reserves ids: it opens a new directory and
+  # writes the publish there, instead of raising the OS's Errno::ENOENT (CI: a publisher got it while another
+  # process wiped and recreated the directory; on the old code this test gets it after 1,024 publishes).
+  def test_a_publish_that_finds_the_files_gone_is_written_into_a_new_directory
+    bus = open_bus
+    store = bus.store
+    bus.publish("/chat", {"text" => "old"})
+    store.instance_variable_set(:@directory_checked_at, Float::INFINITY) # the listener does not look
+    FileUtils.rm_rf(@dir)
+    published = 0
+    until store.resets == 1 # the next reservation finds the directory gone (ids are reserved 1,024 or more ahead)
+      flunk "no reset after #{published} publishes" if published > 20_000
+      bus.publish("/chat", {"text" => "n #{published} é"})
+      published += 1
+    end
+    after = bus.publish_message("/chat", {"text" => "after 🎉"})
+    fresh = Herald::Store::Log.new(dir: @dir)
+    texts = fresh.backlog("/chat").map { |m| JSON.parse(m.payload)["text"] }
+    assert_equal ["n #{published - 1} é", "after 🎉"], texts, "the publish that found the files gone, then the next, in the new directory"
+    assert_equal fresh.epoch, store.known_epoch
+    assert_equal after.global_id, fresh.last_global_id
+    fresh.close
+  end
+
   private
 
   def open_bus

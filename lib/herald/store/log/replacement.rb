@@ -56,6 +56,15 @@ module Herald
           reopen_replaced unless @closed || meta_identity == @meta_identity
         end
 
+        # A writer keeping the lease found its directory's files gone mid-append (the listener had not looked
+        # yet): the new directory is opened, and LogReplacedError says nothing was stored. Any other missing
+        # file is a StoreError, never the OS's own error.
+        def replaced_while_writing!(error)
+          raise StoreError, "#{@dir}: #{error.message} while publishing" if @closed || meta_identity == @meta_identity
+          reopen_replaced
+          raise LogReplacedError, "#{@dir} was replaced while a publish was being written: nothing of it was stored"
+        end
+
         # Under @lock. Lets go of the old directory's files and opens the new one; see the module comment.
         def reopen_replaced
           old_epoch = (@replaced_from ||= @epoch) # kept until a reopen succeeds (retried at the next look)
