@@ -99,6 +99,7 @@ class RailsAppTest < Minitest::Test
     check_live_messages
     check_rails_json
     check_deferred_exactly_once
+    check_dashboard
     check_notifications
     check_turbo_streams unless oldest? # the default app brings turbo-rails and ActionCable
     check_rails_log
@@ -168,6 +169,32 @@ class RailsAppTest < Minitest::Test
     assert handled.all? { |l| l.split[3] == "é" }
     workers = puma_workers(@run[:puma_log])
     assert_empty handled.map { |l| Integer(l.split[0]) }.uniq - workers, "handled in Puma's workers only (#{workers})"
+  end
+
+  # The dashboard mounted in the app's routes, served by Puma's workers: each page in Chromium with the app's
+  # real data (screenshots in the artifacts), the metrics count the publishes, a POST without the CSRF token is
+  # refused and changes nothing, the health check answers 200.
+  def check_dashboard
+    dir = File.join(ARTIFACTS, name)
+    FileUtils.mkdir_p(dir)
+    out, status = Open3.capture2({"NODE_PATH" => File.join(ROOT, "node_modules")}, "node",
+      File.join(__dir__, "dashboard_check.mjs"), @run[:url], dir, chdir: ROOT)
+    assert status.success?, out
+    result = JSON.parse(out.lines.last)
+    assert_equal({"subscribers" => 200, "dead" => 200, "channels" => 200, "store" => 200}, result["pages"].transform_values { |p| p["status"] })
+    assert_empty result["errors"], "the browser's console"
+    assert_match(/OrderLogger\s+\d+\s+0\b/, result["pages"]["subscribers"]["text"], "OrderLogger, its cursor, lag 0 after its 20 events")
+    assert_includes result["pages"]["channels"]["text"], "/orders"
+    assert_match(/log/, result["pages"]["store"]["text"])
+    metrics = Net::HTTP.get_response(URI("#{@run[:url]}/herald/metrics"))
+    assert_equal "200", metrics.code
+    assert_match(/^herald_subscriber_lag_messages\{subscriber="OrderLogger"\} 0$/, metrics.body)
+    refused = Net::HTTP.post_form(URI("#{@run[:url]}/herald/subscribers/pause"), "name" => "OrderLogger")
+    assert_equal "403", refused.code, "a POST without the CSRF token"
+    row = Net::HTTP.get(URI("#{@run[:url]}/herald/subscribers")).force_encoding(Encoding::UTF_8)[%r{<tr data-subscriber="OrderLogger">.*?</tr>}m]
+    assert_match(/<td>running<\/td>/, row.to_s, "still running after the refused pause")
+    assert_equal "200", Net::HTTP.get_response(URI("#{@run[:url]}/herald/health")).code
+    log "dashboard: 4 pages in Chromium (screenshots in #{dir}), metrics, CSRF refusal, health"
   end
 
   # kill -9 of the worker whose thread handled the events: Puma boots a new one (with its INFO line), a worker

@@ -51,7 +51,7 @@ module Herald
         notice = @req["notice"]
         <<~HTML
           <!doctype html><html lang="en"><head><meta charset="utf-8"><title>#{h(title)} · Herald</title>
-          <meta name="viewport" content="width=device-width">#{"<meta http-equiv=\"refresh\" content=\"#{refresh.to_i}\">" if refresh}<style>#{CSS}</style></head><body>
+          <meta name="viewport" content="width=device-width"><link rel="icon" href="data:,">#{"<meta http-equiv=\"refresh\" content=\"#{refresh.to_i}\">" if refresh}<style>#{CSS}</style></head><body>
           <header><strong>Herald</strong>#{nav(active)}#{'<span class="ro">read-only</span>' if @read_only}</header>
           <main>#{"<p class=\"notice\">#{h(notice)}</p>" if notice}#{yield}</main></body></html>
         HTML

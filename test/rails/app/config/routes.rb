@@ -5,4 +5,5 @@ Rails.application.routes.draw do
   get "/login/:user_id", to: "pages#login"
   get "/feed", to: "pages#feed" # <herald-subscription> under Turbo Drive (README's page example)
   get "/turbo", to: "pages#turbo" # Turbo Streams (Rails 7.2 app only: turbo-rails)
+  mount Herald::Web => "/herald" # the dashboard, as the README mounts it (no auth in this fixture app)
 end
