@@ -66,7 +66,9 @@ module Herald
         end
 
         # Under @lock. Lets go of the old directory's files and opens the new one; see the module comment.
-        def reopen_replaced
+        # A file appearing or vanishing meanwhile (EEXIST, ENOENT) means the directory is being replaced again
+        # (a process recreating it): what is there then is opened, up to `tries` times.
+        def reopen_replaced(tries: 3)
           old_epoch = (@replaced_from ||= @epoch) # kept until a reopen succeeds (retried at the next look)
           let_go_of_directory
           open_directory
@@ -83,6 +85,9 @@ module Herald
           @replaced_from = nil
           @wakeup = new_wakeup
           announce_reset(old_epoch)
+        rescue Errno::EEXIST, Errno::ENOENT => e
+          retry if (tries -= 1) > 0
+          raise StoreError, "#{@dir} kept changing while it was being opened again (#{e.message}): publish again"
         ensure
           @wakeup ||= new_wakeup # failed (the new META damaged, say): a listener looks again, as does the next writer
         end
