@@ -215,6 +215,7 @@ class RedisStoreTest < Minitest::Test
     calls = command_calls(redis, before)
     assert_operator calls["zremrangebyscore"], :>=, 2, calls.inspect
     assert_equal calls["zremrangebyscore"], calls["zrange"], "one ZRANGE (of the lowest record) per trim"
+    assert_equal calls["zremrangebyscore"], calls["zcard"], "and one ZCARD (are the ids dense?)"
     kept = published.last(16).map(&:global_id)
     assert_equal kept, s.backlog("/trim", 0).map(&:global_id)
     assert_equal kept, s.global_backlog(0).map(&:global_id)

@@ -75,10 +75,17 @@ module Herald
           -- was a tenth of the server's work per publish): a channel's ids are dense, so the references are
           -- those of ids lowest..upto. When the count says the ids jumped (a reset), the references are
           -- left: global reads skip them (as they skip those of expired channels), the global trim drops them.
-          local function trim(set, upto)
+          local function trim(set, upto, newest)
             local lowest = redis.call('ZRANGE', set, '0', '0', 'WITHSCORES')[2]
             if not lowest then return end
             lowest = tonumber(lowest)
+            -- Ids that jumped (a reset's floor: the new store's first records sit far below the next ones)
+            -- are not dense: by id, the first records would go as if the jump were records. Trimmed by count
+            -- then, keeping as many as by id (their references go with the global trim).
+            if redis.call('ZCARD', set) < newest - lowest + 1 then
+              redis.call('ZREMRANGEBYRANK', set, '0', string.format('%d', -(newest - upto) - 1))
+              return
+            end
             local removed = redis.call('ZREMRANGEBYSCORE', set, '-inf', string.format('%d', upto))
             if removed == 0 or removed ~= upto - lowest + 1 then return end
             local old = {}
@@ -140,7 +147,7 @@ module Herald
             redis.call('ZADD', refs, g, string.sub(ids, 9, 16) .. set)
             local cut = (trim_first > 0) and (mid - 1 - trim_first) or 0
             if mid > size and (mid - size) % (slack + 1) == 0 then cut = math.max(cut, mid - size) end
-            if cut > 0 then trim(set, cut) end
+            if cut > 0 then trim(set, cut, mid) end
             expire(set, ttl)
             finish(gid, gid)
             -- The wakeup carries a small record (`<gid>;<record>`): a reader in another process that is
@@ -204,7 +211,7 @@ module Herald
           for _, set in ipairs(sets) do redis.call('ZADD', set, unpack(adds[set])) end
           redis.call('ZADD', refs, unpack(ref_args))
           for _, set in ipairs(sets) do
-            if cut[set] > 0 then trim(set, cut[set]) end
+            if cut[set] > 0 then trim(set, cut[set], next_mid[set] - 1) end
             expire(set, ttl_of[set])
           end
           finish(first, gid)
