@@ -126,7 +126,7 @@ module BusParity
     assert_empty got.map(&:global_id) - allowed, "nothing from before the subscription (seed #{seed})"
   end
 
-  # README, "Differences from message_bus": subscribing from the channel's last id, message_bus replays the
+  # docs/http.md, "Differences from message_bus": subscribing from the channel's last id, message_bus replays the
   # whole backlog when the next message comes; Herald delivers the new message only.
   def test_subscribing_from_the_last_id_delivers_new_messages_once
     herald = Queue.new
@@ -136,7 +136,7 @@ module BusParity
     @mb.subscribe("/c", @mb.last_id("/c")) { |m| mb << m.data }
     [@bus, @mb].each { |bus| bus.publish("/c", "new") }
     assert_equal ["new"], drain(herald, 1)
-    assert_equal ["old 0", "old 1", "old 2", "new"], drain(mb, 4), "message_bus's replay from 0 (if this changes, update the README)"
+    assert_equal ["old 0", "old 1", "old 2", "new"], drain(mb, 4), "message_bus's replay from 0 (if this changes, update docs/http.md)"
   end
 
   def test_global_channels_are_seen_once_whatever_the_site
@@ -201,7 +201,7 @@ class BusParityRedisTest < Minitest::Test
 
   def build_store = Herald::Store::Redis.new(url: Herald::TestServers.redis_url, namespace: "p#{SecureRandom.hex(6)}")
 
-  # README, "Differences from message_bus": its Redis backend restarts a channel's ids at 1 once the backlog
+  # docs/http.md, "Differences from message_bus": its Redis backend restarts a channel's ids at 1 once the backlog
   # expired (the id key has the backlog's TTL); Herald keeps counting.
   def test_ids_keep_counting_after_the_backlog_expires
     mb = MessageBus::Instance.new
@@ -212,7 +212,7 @@ class BusParityRedisTest < Minitest::Test
     assert_equal [1, 2], Array.new(2) { @bus.publish(channel, "x", max_backlog_age: 1) }
     sleep 2.1 # Redis expires keys with a resolution of a second
     assert_equal [], @bus.backlog(channel)
-    assert_equal 1, mb.publish(channel, "x"), "message_bus's restart at 1 (if this changes, update the README)"
+    assert_equal 1, mb.publish(channel, "x"), "message_bus's restart at 1 (if this changes, update docs/http.md)"
     assert_equal 3, @bus.publish(channel, "x")
   ensure
     mb&.destroy

@@ -3,7 +3,7 @@
 require_relative "../herald"
 
 # `require "herald/message_bus"` defines MessageBus over Herald, so an app written for the message_bus gem
-# runs on Herald without changing its calls (README: "Switching from message_bus"). Not loaded by
+# runs on Herald without changing its calls (docs/message_bus.md). Not loaded by
 # `require "herald"`: an app that has the message_bus gem keeps its own MessageBus.
 module MessageBus
   class Error < Herald::Error; end

@@ -73,7 +73,7 @@ module MessageBus
       def after_fork
       end
 
-      # message_bus's test hook: Herald's backlogs expire by age only (README: Ids after a backlog expires).
+      # message_bus's test hook: Herald's backlogs expire by age only (docs/http.md: Ids after a backlog expires).
       def expire_all_backlogs!
         raise NotImplementedError, "Herald's backlogs expire by max_backlog_age only"
       end

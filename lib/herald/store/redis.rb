@@ -27,7 +27,7 @@ module Herald
     # process drops its cached backlogs. A process learns the epoch on its first contact (an empty store is
     # given one), and its listener checks it every CHECK_EVERY seconds, so a reset is noticed even when
     # nobody publishes. A process that never saw the old data cannot tell a reset from a new store: what it
-    # publishes before another process notices gets low ids (see the README, "When Redis loses data").
+    # publishes before another process notices gets low ids (docs/stores.md, "When Redis loses data").
     #
     # `timeout:` (seconds, default 1) bounds each command's wait for its reply: a stalled server raises
     # Herald::TimeoutError. Reads are retried after a lost connection; reads and writes are retried while
