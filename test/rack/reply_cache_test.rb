@@ -320,7 +320,9 @@ class ReplyCacheMiddlewareTest < Minitest::Test
       if name == "user lookup"
         assert_equal 0, hits, "SEED=#{seed}: nothing cached with a user lookup"
       else
-        assert_operator hits, :>=, 10, "SEED=#{seed} (#{name}): the cache answered"
+        # 80 seeds: 14-58 hits, median ~35; SEED=590916741 gives 9 (few repeats between publishes). A cache
+        # that never answers gives 0.
+        assert_operator hits, :>=, 3, "SEED=#{seed} (#{name}): the cache answered"
       end
     end
   end
