@@ -107,8 +107,16 @@ module Herald
             (i == ids.size - 1) ? cut_tail(segment) : corrupt(segment, segment.size)
           end
           load_reservation(rebuild_state: state == false)
-          add_segment(@index.last_global_id + 1, create: true) if @segments.empty? && @write_lock
+          first_segment if @segments.empty? && @write_lock
           @directory.fsync_dir if @write_lock
+        end
+
+        # A new log's first segment. Another process recreating the same directory may have made it since the
+        # listing (EEXIST): it is read then, not raised.
+        def first_segment
+          add_segment(@index.last_global_id + 1, create: true)
+        rescue Errno::EEXIST
+          read_segment(add_segment(@index.last_global_id + 1))
         end
 
         # Reads STATE and every segment as they are, without the write lock, nothing judged or written (a
